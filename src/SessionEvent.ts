@@ -1,0 +1,436 @@
+/**
+ * The durable vocabulary of a session: the envelope every event shares, the core event types the
+ * inbox, the loop and repair write, and the rules for custom events (EVT-01..04, MSG-00).
+ *
+ * @since 0.1.0
+ */
+import { Schema } from "effect"
+import { AssistantMessage, MessageId, SessionId, ToolResultMessage, UserMessage } from "./Message.js"
+
+/**
+ * A JSON value as stored in a log (EVT-03).
+ *
+ * @since 0.1.0
+ * @category json
+ */
+export type JsonValue = null | boolean | number | string | ReadonlyArray<JsonValue> | JsonRecord
+
+/**
+ * @since 0.1.0
+ * @category json
+ */
+export interface JsonRecord {
+  readonly [key: string]: JsonValue
+}
+
+/**
+ * Any JSON value. Structural checks only; the lossless rules (no `-0`, no sparse arrays, …) are
+ * applied by the append path and by decoding.
+ *
+ * @since 0.1.0
+ * @category json
+ */
+export const JsonValue: Schema.Schema<JsonValue> = Schema.suspend(() =>
+  Schema.Union(
+    Schema.Null,
+    Schema.Boolean,
+    Schema.Number,
+    Schema.String,
+    Schema.Array(JsonValue),
+    Schema.Record({ key: Schema.String, value: JsonValue })
+  )
+)
+
+/**
+ * @since 0.1.0
+ * @category json
+ */
+export const JsonRecord: Schema.Schema<JsonRecord> = Schema.Record({ key: Schema.String, value: JsonValue })
+
+/**
+ * The format name every header carries.
+ *
+ * @since 0.1.0
+ * @category format
+ */
+export const FORMAT = "effect-agent/session" as const
+
+/**
+ * The format version this library writes and reads (EVT-04).
+ *
+ * @since 0.1.0
+ * @category format
+ */
+export const VERSION = 1 as const
+
+/**
+ * @since 0.1.0
+ * @category format
+ */
+export const SessionHeader = Schema.Struct({
+  format: Schema.Literal(FORMAT),
+  version: Schema.Literal(VERSION),
+  id: SessionId,
+  createdAt: Schema.NonNegativeInt,
+  parentSession: Schema.optionalWith(SessionId, { exact: true }),
+  seedLength: Schema.NonNegativeInt,
+  meta: JsonRecord
+})
+
+/**
+ * @since 0.1.0
+ * @category format
+ */
+export type SessionHeader = typeof SessionHeader.Type
+
+const Seq = Schema.NonNegativeInt
+const Time = Schema.NonNegativeInt
+const Turn = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
+const Step = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
+
+const envelope = <T extends string, D extends Schema.Schema.Any>(type: T, data: D) =>
+  Schema.Struct({ seq: Seq, time: Time, type: Schema.Literal(type), data })
+
+/**
+ * Which inbox list a splice or a send targets.
+ *
+ * @since 0.1.0
+ * @category inbox
+ */
+export const InboxTarget = Schema.Literal("next-turn", "next-step")
+
+/**
+ * @since 0.1.0
+ * @category inbox
+ */
+export type InboxTarget = typeof InboxTarget.Type
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const InboxSpliced = envelope(
+  "agent/inbox/spliced",
+  Schema.Struct({
+    target: InboxTarget,
+    start: Schema.NonNegativeInt,
+    removed: Schema.Array(MessageId),
+    inserted: Schema.Array(UserMessage),
+    outcome: Schema.optionalWith(Schema.Literal("canceled", "rejected", "restored"), { exact: true })
+  })
+)
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const TurnStart = envelope("turn/start", Schema.Struct({ turn: Turn }))
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const StepStart = envelope("step/start", Schema.Struct({ turn: Turn, step: Step }))
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const StepEnd = envelope("step/end", Schema.Struct({ turn: Turn, step: Step }))
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const UserMessageEntered = envelope(
+  "user/message",
+  Schema.Struct({ turn: Turn, step: Step, message: UserMessage })
+)
+
+/**
+ * Token usage reported by a model.
+ *
+ * @since 0.1.0
+ * @category core events
+ */
+export const Usage = Schema.Struct({
+  inputTokens: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }),
+  outputTokens: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
+})
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export type Usage = typeof Usage.Type
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const AssistantMessageLogged = envelope(
+  "assistant/message",
+  Schema.Struct({
+    turn: Turn,
+    step: Step,
+    message: AssistantMessage,
+    usage: Schema.optionalWith(Usage, { exact: true }),
+    finish: Schema.optionalWith(Schema.Literal("stop", "tool-calls", "max-tokens"), { exact: true }),
+    interrupted: Schema.optionalWith(Schema.Literal(true), { exact: true })
+  }).pipe(
+    Schema.filter((d) =>
+      (d.finish === undefined) === (d.interrupted === true) ||
+      "an assistant/message has a finish reason exactly when it was not interrupted"
+    ),
+    Schema.filter((d) =>
+      (d.finish !== "max-tokens" && d.interrupted !== true) ||
+      d.message.content.every((part) => part.type !== "tool-call") ||
+      "an interrupted or max-tokens assistant/message carries no tool-call parts"
+    )
+  )
+)
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const ToolCallLogged = envelope(
+  "tool/call",
+  Schema.Struct({
+    turn: Turn,
+    step: Step,
+    callId: Schema.String.pipe(Schema.minLength(1)),
+    name: Schema.String,
+    arguments: Schema.String
+  })
+)
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const ToolResultLogged = envelope(
+  "tool/result",
+  Schema.Struct({
+    turn: Turn,
+    step: Step,
+    message: ToolResultMessage,
+    error: Schema.optionalWith(Schema.Struct({ name: Schema.String, code: Schema.String }), { exact: true })
+  })
+)
+
+/**
+ * Why an activity was cancelled.
+ *
+ * @since 0.1.0
+ * @category core events
+ */
+export const CancelCause = Schema.Union(
+  Schema.Struct({ kind: Schema.Literal("user") }),
+  Schema.Struct({ kind: Schema.Literal("parent") }),
+  Schema.Struct({ kind: Schema.Literal("hook"), reason: Schema.String }),
+  Schema.Struct({ kind: Schema.Literal("disposed") })
+)
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export type CancelCause = typeof CancelCause.Type
+
+/**
+ * How a turn ended.
+ *
+ * @since 0.1.0
+ * @category core events
+ */
+export const TurnEndReason = Schema.Union(
+  Schema.Struct({ kind: Schema.Literal("completed") }),
+  Schema.Struct({ kind: Schema.Literal("max-tokens") }),
+  Schema.Struct({ kind: Schema.Literal("max-steps") }),
+  Schema.Struct({ kind: Schema.Literal("blocked"), reason: Schema.String }),
+  Schema.Struct({ kind: Schema.Literal("aborted"), cause: CancelCause }),
+  Schema.Struct({
+    kind: Schema.Literal("error"),
+    error: Schema.Struct({ message: Schema.String, code: Schema.String })
+  }),
+  Schema.Struct({ kind: Schema.Literal("interrupted") })
+)
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export type TurnEndReason = typeof TurnEndReason.Type
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const TurnEnd = envelope("turn/end", Schema.Struct({ turn: Turn, reason: TurnEndReason }))
+
+/**
+ * A tool as described to the model.
+ *
+ * @since 0.1.0
+ * @category core events
+ */
+export const ToolDescription = Schema.Struct({
+  name: Schema.String,
+  description: Schema.String,
+  parameters: JsonRecord
+})
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const RequestConfig = envelope(
+  "request/config",
+  Schema.Struct({
+    provider: Schema.String,
+    model: Schema.String,
+    maxTokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { exact: true }),
+    system: Schema.optionalWith(Schema.String, { exact: true }),
+    tools: Schema.Array(ToolDescription)
+  })
+)
+
+/**
+ * Every core event, discriminated by `type` (EVT-02).
+ *
+ * @since 0.1.0
+ * @category core events
+ */
+export const CoreEvent = Schema.Union(
+  InboxSpliced,
+  TurnStart,
+  StepStart,
+  StepEnd,
+  UserMessageEntered,
+  AssistantMessageLogged,
+  ToolCallLogged,
+  ToolResultLogged,
+  TurnEnd,
+  RequestConfig
+)
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export type CoreEvent = typeof CoreEvent.Type
+
+/**
+ * The core type names.
+ *
+ * @since 0.1.0
+ * @category core events
+ */
+export type CoreType = CoreEvent["type"]
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const coreTypes: ReadonlySet<string> = new Set<CoreType>([
+  "agent/inbox/spliced",
+  "turn/start",
+  "step/start",
+  "step/end",
+  "user/message",
+  "assistant/message",
+  "tool/call",
+  "tool/result",
+  "turn/end",
+  "request/config"
+])
+
+/**
+ * Type prefixes reserved for the core vocabulary: an unknown type under one of them comes from a
+ * newer writer and is refused (EVT-01).
+ *
+ * @since 0.1.0
+ * @category core events
+ */
+export const reservedPrefixes: ReadonlyArray<string> = [
+  "agent/",
+  "turn/",
+  "step/",
+  "user/",
+  "assistant/",
+  "tool/",
+  "request/",
+  "session/"
+]
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const isReservedType = (type: string): boolean => reservedPrefixes.some((prefix) => type.startsWith(prefix))
+
+/**
+ * @since 0.1.0
+ * @category core events
+ */
+export const isCoreType = (type: string): type is CoreType => coreTypes.has(type)
+
+/**
+ * A custom (plugin) event: any type outside the reserved prefixes that contains a `/`, with JSON
+ * data.
+ *
+ * @since 0.1.0
+ * @category custom events
+ */
+export interface CustomEvent {
+  readonly seq: number
+  readonly time: number
+  readonly type: string
+  readonly data: JsonValue
+}
+
+/**
+ * What a plugin passes to `Session.append`.
+ *
+ * @since 0.1.0
+ * @category custom events
+ */
+export interface CustomEventInput {
+  readonly type: string
+  readonly data: unknown
+}
+
+/**
+ * A durable event: `{seq, time, type, data}` (EVT-01). Core events are typed by `type`; any other
+ * event is a {@link CustomEvent}.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type SessionEvent = CoreEvent | CustomEvent
+
+/**
+ * A core event before the session stamps `seq` and `time`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type CoreEventInput = CoreEvent extends infer E ? E extends CoreEvent ? Omit<E, "seq" | "time"> : never : never
+
+/**
+ * The envelope every stored event has.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export const Envelope = Schema.Struct({ seq: Seq, time: Time, type: Schema.String, data: Schema.Unknown })
+
+/**
+ * Narrows an event to a core type.
+ *
+ * @since 0.1.0
+ * @category guards
+ */
+export const is = <T extends CoreType>(type: T) => (event: SessionEvent): event is Extract<CoreEvent, { type: T }> =>
+  event.type === type

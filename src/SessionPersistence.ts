@@ -1,0 +1,272 @@
+/**
+ * Where sessions are stored: the `SessionPersistence` service, its exclusive writers, and the
+ * in-memory implementation used by tests and by processes that need no durability (SPEC §4.3).
+ *
+ * @since 0.1.0
+ */
+import type { Array as Arr, Scope, Stream } from "effect"
+import { Context, Effect, Layer, Stream as S } from "effect"
+import type { SessionId } from "./Message.js"
+import * as SessionError from "./SessionError.js"
+import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
+
+/**
+ * The exclusive writer of one stored session. At most one exists per id at a time, across
+ * processes (PERS-01); it is released when the Scope it was acquired in closes.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SessionWriter {
+  /**
+   * Stores a batch. The batch must start at {@link nextSeq} (fencing, PERS-02): otherwise it fails
+   * `SessionConflict` and writes nothing. Resolves once the batch is stored according to the
+   * layer's durability (PERS-04). A failed write stores nothing.
+   */
+  readonly append: (
+    events: Arr.NonEmptyReadonlyArray<SessionEvent>
+  ) => Effect.Effect<void, SessionError.SessionConflict | SessionError.PersistenceError>
+  /** The seq the next batch must start at. */
+  readonly nextSeq: Effect.Effect<number>
+  /**
+   * Only for a writer obtained by `create`: deletes the new session and frees its id (a rolled-back
+   * creation). Releases the writer.
+   */
+  readonly discard: Effect.Effect<void, SessionError.PersistenceError>
+}
+
+/**
+ * A stored session as read.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface StoredSession {
+  readonly header: SessionHeader
+  readonly events: ReadonlyArray<SessionEvent>
+  /** How many torn (unterminated or unparsable) trailing records were dropped (PERS-03). */
+  readonly tornTailDropped: number
+}
+
+/**
+ * One entry of `list`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SessionSummary {
+  readonly id: SessionId
+  readonly header: SessionHeader
+  readonly eventCount: number
+  /** Epoch milliseconds of the last write. */
+  readonly updatedAt: number
+}
+
+/**
+ * The storage of sessions.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class SessionPersistence extends Context.Tag("effect-agent/SessionPersistence")<SessionPersistence, {
+  /** Stores a new session (header only) and returns its exclusive writer. */
+  readonly create: (
+    header: SessionHeader
+  ) => Effect.Effect<
+    SessionWriter,
+    SessionError.SessionAlreadyExists | SessionError.SessionLocked | SessionError.PersistenceError,
+    Scope.Scope
+  >
+  /** The exclusive writer of a stored session, with its log read once (a torn tail is truncated). */
+  readonly openWrite: (
+    id: SessionId
+  ) => Effect.Effect<
+    { readonly writer: SessionWriter; readonly stored: StoredSession },
+    | SessionError.SessionNotFound
+    | SessionError.SessionLocked
+    | SessionError.SessionCorrupt
+    | SessionError.SessionFormatUnsupported
+    | SessionError.PersistenceError,
+    Scope.Scope
+  >
+  /** Reads without writing (a torn tail is dropped in memory only). */
+  readonly read: (
+    id: SessionId
+  ) => Effect.Effect<
+    StoredSession,
+    | SessionError.SessionNotFound
+    | SessionError.SessionCorrupt
+    | SessionError.SessionFormatUnsupported
+    | SessionError.PersistenceError
+  >
+  readonly list: Stream.Stream<SessionSummary, SessionError.PersistenceError>
+  readonly exists: (id: SessionId) => Effect.Effect<boolean, SessionError.PersistenceError>
+  /** Deletes a stored session; refuses while a writer holds it. */
+  readonly remove: (id: SessionId) => Effect.Effect<void, SessionError.SessionLocked | SessionError.PersistenceError>
+}>() {}
+
+interface MemoryEntry {
+  readonly header: SessionHeader
+  readonly events: Array<SessionEvent>
+  updatedAt: number
+  lock: { readonly instanceId: string; readonly token: number } | undefined
+}
+
+/**
+ * Storage shared by every `layerMemory` built over it, standing in for a disk that outlives
+ * processes. `crash(instanceId)` simulates the death of one process: its locks vanish and its
+ * writers stop working, while what it stored stays.
+ *
+ * @since 0.1.0
+ * @category memory
+ */
+export interface MemoryStorage {
+  readonly crash: (instanceId: string) => Effect.Effect<void>
+  /** The stored events of a session (for tests). */
+  readonly events: (id: SessionId) => Effect.Effect<ReadonlyArray<SessionEvent> | undefined>
+  /** Replaces a session's stored events (for tests that simulate a crash at an append boundary). */
+  readonly truncate: (id: SessionId, length: number) => Effect.Effect<void>
+  /** @internal */
+  readonly sessions: Map<string, MemoryEntry>
+}
+
+/**
+ * Makes empty memory storage.
+ *
+ * @since 0.1.0
+ * @category memory
+ */
+export const makeMemoryStorage: Effect.Effect<MemoryStorage> = Effect.sync(() => {
+  const sessions = new Map<string, MemoryEntry>()
+  return {
+    sessions,
+    crash: (instanceId) =>
+      Effect.sync(() => {
+        for (const entry of sessions.values()) {
+          if (entry.lock?.instanceId === instanceId) entry.lock = undefined
+        }
+      }),
+    events: (id) => Effect.sync(() => sessions.get(id)?.events.slice()),
+    truncate: (id, length) =>
+      Effect.sync(() => {
+        const entry = sessions.get(id)
+        if (entry !== undefined) entry.events.length = Math.min(entry.events.length, length)
+      })
+  }
+})
+
+let nextToken = 0
+
+const lockedError = (id: string, lock: { readonly instanceId: string }) =>
+  new SessionError.SessionLocked({ id, holder: `memory writer of instance ${JSON.stringify(lock.instanceId)}` })
+
+/**
+ * Persistence in memory over `storage`, as process `instanceId` (default: a random id).
+ * Acknowledged means stored (PERS-04).
+ *
+ * @since 0.1.0
+ * @category memory
+ */
+export const layerMemory = (
+  storage: MemoryStorage,
+  options?: { readonly instanceId?: string | undefined }
+): Layer.Layer<SessionPersistence> =>
+  Layer.sync(SessionPersistence, () => {
+    const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
+    const sessions = storage.sessions
+
+    const acquire = (id: SessionId, entry: MemoryEntry, createMode: boolean) =>
+      Effect.acquireRelease(
+        Effect.suspend(() => {
+          if (entry.lock !== undefined) return Effect.fail(lockedError(id, entry.lock))
+          const lock = { instanceId, token: ++nextToken }
+          entry.lock = lock
+          return Effect.succeed(lock)
+        }),
+        (lock) =>
+          Effect.sync(() => {
+            if (entry.lock === lock) entry.lock = undefined
+          })
+      ).pipe(Effect.map((lock): SessionWriter => {
+        const holds = () => entry.lock === lock && sessions.get(id) === entry
+        return {
+          nextSeq: Effect.sync(() => entry.events.length),
+          append: (events) =>
+            Effect.suspend(() => {
+              if (!holds()) {
+                return Effect.fail(
+                  new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
+                )
+              }
+              if (events[0].seq !== entry.events.length) {
+                return Effect.fail(
+                  new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
+                )
+              }
+              for (const event of events) entry.events.push(event)
+              entry.updatedAt = Date.now()
+              return Effect.void
+            }),
+          discard: Effect.suspend(() => {
+            if (!createMode) {
+              return Effect.fail(
+                new SessionError.PersistenceError({ reason: `discard of ${id}: only a writer from create may discard` })
+              )
+            }
+            if (holds()) {
+              sessions.delete(id)
+              entry.lock = undefined
+            }
+            return Effect.void
+          })
+        }
+      }))
+
+    return SessionPersistence.of({
+      create: (header) =>
+        Effect.gen(function*() {
+          const existing = sessions.get(header.id)
+          if (existing !== undefined) {
+            return yield* existing.lock !== undefined
+              ? Effect.fail(lockedError(header.id, existing.lock))
+              : Effect.fail(new SessionError.SessionAlreadyExists({ id: header.id }))
+          }
+          const entry: MemoryEntry = { header, events: [], updatedAt: Date.now(), lock: undefined }
+          sessions.set(header.id, entry)
+          return yield* acquire(header.id, entry, true)
+        }),
+      openWrite: (id) =>
+        Effect.gen(function*() {
+          const entry = sessions.get(id)
+          if (entry === undefined) return yield* new SessionError.SessionNotFound({ id })
+          const writer = yield* acquire(id, entry, false)
+          return { writer, stored: { header: entry.header, events: entry.events.slice(), tornTailDropped: 0 } }
+        }),
+      read: (id) =>
+        Effect.suspend(() => {
+          const entry = sessions.get(id)
+          return entry === undefined
+            ? Effect.fail(new SessionError.SessionNotFound({ id }))
+            : Effect.succeed({ header: entry.header, events: entry.events.slice(), tornTailDropped: 0 })
+        }),
+      list: S.suspend(() =>
+        S.fromIterable(
+          Array.from(sessions.entries(), ([id, entry]): SessionSummary => ({
+            id: id as SessionId,
+            header: entry.header,
+            eventCount: entry.events.length,
+            updatedAt: entry.updatedAt
+          }))
+        )
+      ),
+      exists: (id) => Effect.sync(() => sessions.has(id)),
+      remove: (id) =>
+        Effect.suspend(() => {
+          const entry = sessions.get(id)
+          if (entry === undefined) return Effect.void
+          if (entry.lock !== undefined) return Effect.fail(lockedError(id, entry.lock))
+          sessions.delete(id)
+          return Effect.void
+        })
+    })
+  })
