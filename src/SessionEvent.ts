@@ -23,9 +23,14 @@ export interface JsonRecord {
   readonly [key: string]: JsonValue
 }
 
+const JsonNumber = Schema.Number.pipe(
+  Schema.finite(),
+  Schema.filter((n) => !Object.is(n, -0) || "-0 does not survive JSON")
+)
+
 /**
- * Any JSON value. Structural checks only; the lossless rules (no `-0`, no sparse arrays, …) are
- * applied by the append path and by decoding.
+ * Any lossless JSON value (EVT-03). Decoding checks the structure; the append path and stored-record
+ * decoding also refuse sparse arrays and class instances.
  *
  * @since 0.1.0
  * @category json
@@ -34,7 +39,7 @@ export const JsonValue: Schema.Schema<JsonValue> = Schema.suspend(() =>
   Schema.Union(
     Schema.Null,
     Schema.Boolean,
-    Schema.Number,
+    JsonNumber,
     Schema.String,
     Schema.Array(JsonValue),
     Schema.Record({ key: Schema.String, value: JsonValue })

@@ -1,0 +1,226 @@
+/**
+ * The Session implementation: an in-memory log with one writer fiber fed by a Queue (SES-02),
+ * committed only after the writer acknowledged, published after commit, with the model-visible
+ * history and the turn state folded incrementally.
+ *
+ * @internal
+ */
+import { Clock, Deferred, Effect, Either, Fiber, Option, Queue } from "effect"
+import type { Array as Arr, Scope } from "effect"
+import type { Message, SessionId } from "../Message.js"
+import type { Session } from "../Session.js"
+import * as SessionError from "../SessionError.js"
+import type { CoreEvent, CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../SessionEvent.js"
+import type { SessionWriter } from "../SessionPersistence.js"
+import * as codec from "./eventCodec.js"
+import * as Feed from "./feed.js"
+import * as history from "./history.js"
+
+/**
+ * What only the inbox, the loop and repair may do with a session (SES-00).
+ *
+ * @internal
+ */
+export interface SessionCore {
+  /** Appends core events as one writer batch. */
+  readonly appendCore: (
+    events: Arr.NonEmptyReadonlyArray<CoreEventInput>
+  ) => Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>
+  /** The highest turn number opened in the log (0 when none). */
+  readonly lastTurn: () => number
+  /** The turn open at the end of the log, if any. */
+  readonly openTurn: () => number | undefined
+  /** The log length at the end of the last closed turn (FORK-01's default boundary). */
+  readonly closedLength: () => number
+  /** The current length of the log. */
+  readonly length: () => number
+  /** The live log itself (read-only use, no copy). */
+  readonly log: () => ReadonlyArray<SessionEvent>
+  /** Marks the session closed and stops its writer fiber after what was queued. */
+  readonly close: Effect.Effect<void>
+}
+
+const cores = new WeakMap<Session, SessionCore>()
+
+/** @internal */
+export const core = (session: Session): SessionCore => {
+  const found = cores.get(session)
+  if (found === undefined) throw new Error("bug: session was not built by effect-agent")
+  return found
+}
+
+interface Request {
+  readonly inputs: Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>
+  readonly done: Deferred.Deferred<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>
+}
+
+type Command = Request | "close"
+
+/**
+ * Turn bookkeeping folded one event at a time.
+ *
+ * @internal
+ */
+export class TurnState {
+  lastTurn = 0
+  openTurn: number | undefined = undefined
+  closedLength = 0
+  fold(event: SessionEvent, lengthAfter: number): void {
+    if (event.type === "turn/start") {
+      const turn = (event.data as { readonly turn: number }).turn
+      this.lastTurn = Math.max(this.lastTurn, turn)
+      this.openTurn = turn
+    } else if (event.type === "turn/end") {
+      this.openTurn = undefined
+    }
+    if (this.openTurn === undefined) this.closedLength = lengthAfter
+  }
+}
+
+/** @internal */
+export const make = (options: {
+  readonly header: SessionHeader
+  /** Events already stored (or validated seed events when there is no writer). */
+  readonly events: ReadonlyArray<SessionEvent>
+  readonly writer: SessionWriter | undefined
+}): Effect.Effect<Session, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const id: SessionId = options.header.id
+    const log: Array<SessionEvent> = options.events.slice()
+    const messages: Array<Message> = []
+    const turns = new TurnState()
+    for (let i = 0; i < log.length; i++) {
+      const event = log[i]!
+      history.fold(messages, event)
+      turns.fold(event, i + 1)
+    }
+    let eventsSnapshot: ReadonlyArray<SessionEvent> | undefined
+    let messagesSnapshot: ReadonlyArray<Message> | undefined
+    let isClosed = false
+
+    const feed = yield* Feed.make<SessionEvent>()
+    const queue = yield* Queue.unbounded<Command>()
+
+    const failAll = (requests: ReadonlyArray<Request>, error: SessionError.SessionAppendError) =>
+      Effect.forEach(requests, (r) => Deferred.fail(r.done, error), { discard: true })
+
+    const writeBatch = (requests: ReadonlyArray<Request>) =>
+      Effect.gen(function*() {
+        const time = yield* Clock.currentTimeMillis
+        const stamped: Array<SessionEvent> = []
+        const perRequest: Array<Arr.NonEmptyReadonlyArray<SessionEvent>> = []
+        let seq = log.length
+        for (const request of requests) {
+          const out: Array<SessionEvent> = []
+          for (const input of request.inputs) {
+            const event = Object.freeze({ seq: seq++, time, type: input.type, data: input.data }) as SessionEvent
+            out.push(event)
+            stamped.push(event)
+          }
+          perRequest.push(out as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
+        }
+        if (options.writer !== undefined) {
+          const written = yield* Effect.either(
+            options.writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
+          )
+          if (Either.isLeft(written)) return yield* failAll(requests, written.left)
+        }
+        for (const event of stamped) {
+          log.push(event)
+          if (history.fold(messages, event)) messagesSnapshot = undefined
+          turns.fold(event, log.length)
+        }
+        eventsSnapshot = undefined
+        yield* feed.publishAll(stamped)
+        for (let i = 0; i < requests.length; i++) yield* Deferred.succeed(requests[i]!.done, perRequest[i]!)
+      })
+
+    const loop: Effect.Effect<void> = Effect.gen(function*() {
+      while (true) {
+        const commands = yield* Queue.takeBetween(queue, 1, Number.MAX_SAFE_INTEGER)
+        const requests: Array<Request> = []
+        let closing = false
+        for (const command of commands) {
+          if (command === "close") closing = true
+          else if (closing) yield* Deferred.fail(command.done, new SessionError.SessionClosed({ id }))
+          else requests.push(command)
+        }
+        if (requests.length > 0) yield* writeBatch(requests)
+        if (closing) return
+      }
+    })
+
+    const writerFiber = yield* Effect.forkDaemon(Effect.uninterruptible(loop))
+
+    const close = Effect.suspend(() => {
+      if (isClosed) return Fiber.await(writerFiber)
+      isClosed = true
+      return Queue.offer(queue, "close").pipe(
+        Effect.zipRight(Fiber.await(writerFiber)),
+        Effect.zipRight(feed.end),
+        Effect.zipRight(Queue.shutdown(queue))
+      )
+    }).pipe(Effect.asVoid, Effect.uninterruptible)
+
+    yield* Effect.addFinalizer(() => close)
+
+    const submit = (inputs: Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>) =>
+      Effect.suspend(() => {
+        if (isClosed) return Effect.fail(new SessionError.SessionClosed({ id }))
+        return Effect.flatMap(
+          Deferred.make<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(),
+          (done) => Effect.zipRight(Queue.offer(queue, { inputs, done }), Deferred.await(done))
+        )
+      })
+
+    const appendAll = (events: Arr.NonEmptyReadonlyArray<CustomEventInput>) =>
+      Effect.suspend(() => {
+        if (!Array.isArray(events) || events.length === 0) {
+          return Effect.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
+        }
+        const inputs: Array<{ readonly type: string; readonly data: unknown }> = []
+        for (const event of events) {
+          const checked = codec.customInput(event)
+          if (Either.isLeft(checked)) return Effect.fail(checked.left)
+          inputs.push(checked.right)
+        }
+        return submit(inputs as unknown as Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>)
+      })
+
+    const session: Session = {
+      id,
+      header: options.header,
+      firstLiveSeq: log.length,
+      events: Effect.sync(() => (eventsSnapshot ??= Object.freeze(log.slice()))),
+      messages: Effect.sync(() => (messagesSnapshot ??= Object.freeze(messages.slice()))),
+      append: (event) => Effect.map(appendAll([event]), (events) => events[0]),
+      appendAll,
+      changes: feed.stream,
+      subscribe: feed.subscribe
+    }
+
+    cores.set(session, {
+      appendCore: (events) =>
+        Effect.suspend(() => {
+          const inputs = events.map((event) => {
+            const frozen = codec.coreEvent({ ...event, seq: 0, time: 0 } as CoreEvent)
+            return { type: frozen.type, data: frozen.data }
+          })
+          return submit(inputs as unknown as Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>)
+        }),
+      lastTurn: () => turns.lastTurn,
+      openTurn: () => turns.openTurn,
+      closedLength: () => turns.closedLength,
+      length: () => log.length,
+      log: () => log,
+      close
+    })
+    return session
+  })
+
+/** @internal */
+export const isOpenAt = (events: ReadonlyArray<SessionEvent>, length: number): Option.Option<number> => {
+  const turns = new TurnState()
+  for (let i = 0; i < length; i++) turns.fold(events[i]!, i + 1)
+  return Option.fromNullable(turns.openTurn)
+}
