@@ -1,0 +1,325 @@
+/**
+ * The typed errors of agents, the inbox, the registry, the loop, tools and the model seam
+ * (SPEC §9). Each message says what happened and what to do about it.
+ *
+ * @since 0.1.0
+ */
+import { Schema } from "effect"
+import type { InvalidSessionId } from "./Message.js"
+import type * as SessionError from "./SessionError.js"
+
+const CancelCauseSchema = Schema.Union(
+  Schema.Struct({ kind: Schema.Literal("user") }),
+  Schema.Struct({ kind: Schema.Literal("parent") }),
+  Schema.Struct({ kind: Schema.Literal("hook"), reason: Schema.String }),
+  Schema.Struct({ kind: Schema.Literal("disposed") })
+)
+
+/**
+ * A `MessageId` that this session already accepted (INB-01): nothing was written.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class DuplicateMessage extends Schema.TaggedError<DuplicateMessage>("effect-agent/DuplicateMessage")(
+  "DuplicateMessage",
+  { id: Schema.String, state: Schema.Literal("pending", "entered", "canceled", "rejected") }
+) {
+  override get message(): string {
+    return `message ${JSON.stringify(this.id)} was already accepted by this session (${this.state}); ` +
+      "a message id is accepted once per session, so a retry is safe to drop — use a new id for new input"
+  }
+}
+
+/**
+ * A stored inbox splice does not apply to the replayed inbox (INB-05). The agent was not built;
+ * nothing was repaired.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class InvalidInboxLog extends Schema.TaggedError<InvalidInboxLog>("effect-agent/InvalidInboxLog")(
+  "InvalidInboxLog",
+  { id: Schema.String, seq: Schema.Number, reason: Schema.String }
+) {
+  override get message(): string {
+    return `session ${JSON.stringify(this.id)}: the inbox splice at seq ${this.seq} is invalid (${this.reason}); ` +
+      "the log was not changed — inspect it by hand"
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentAlreadyExists extends Schema.TaggedError<AgentAlreadyExists>("effect-agent/AgentAlreadyExists")(
+  "AgentAlreadyExists",
+  { id: Schema.String, where: Schema.Literal("live", "stored", "locked") }
+) {
+  override get message(): string {
+    const where = this.where === "live"
+      ? "is live in this process"
+      : this.where === "stored"
+      ? "is already stored (resume it instead)"
+      : "is held by another writer"
+    return `agent ${JSON.stringify(this.id)} ${where}; choose another id`
+  }
+}
+
+/**
+ * An `onCreated` hook failed; the creation was rolled back.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentCreationVetoed extends Schema.TaggedError<AgentCreationVetoed>(
+  "effect-agent/AgentCreationVetoed"
+)("AgentCreationVetoed", { id: Schema.String, cause: Schema.Defect }) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} was vetoed by an onCreated hook and rolled back; see the cause`
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class NoAgentFactory extends Schema.TaggedError<NoAgentFactory>("effect-agent/NoAgentFactory")(
+  "NoAgentFactory",
+  {}
+) {
+  override get message(): string {
+    return "no agent factory is installed; provide AgentLoop.layer (or AgentRuntime.layer*)"
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class FactoryAlreadySet extends Schema.TaggedError<FactoryAlreadySet>("effect-agent/FactoryAlreadySet")(
+  "FactoryAlreadySet",
+  {}
+) {
+  override get message(): string {
+    return "an agent factory is already installed; close the installer's Scope before installing another"
+  }
+}
+
+/**
+ * The factory is shutting down (its Scope is closing).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentLoopInactive extends Schema.TaggedError<AgentLoopInactive>("effect-agent/AgentLoopInactive")(
+  "AgentLoopInactive",
+  {}
+) {
+  override get message(): string {
+    return "the agent loop is shutting down and creates no more agents; retry against the new loop"
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class PersistenceNotConfigured extends Schema.TaggedError<PersistenceNotConfigured>(
+  "effect-agent/PersistenceNotConfigured"
+)("PersistenceNotConfigured", { id: Schema.String }) {
+  override get message(): string {
+    return `cannot resume ${JSON.stringify(this.id)}: no SessionPersistence is configured; ` +
+      "provide one (AgentRuntime.layerFileSystem, layerMemory, layerSql)"
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class InvalidAgentOptions extends Schema.TaggedError<InvalidAgentOptions>("effect-agent/InvalidAgentOptions")(
+  "InvalidAgentOptions",
+  { reason: Schema.String }
+) {
+  override get message(): string {
+    return `invalid agent options: ${this.reason}`
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentBusy extends Schema.TaggedError<AgentBusy>("effect-agent/AgentBusy")(
+  "AgentBusy",
+  { id: Schema.String }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} is busy; maintenance runs only while it is idle (await whenIdle first)`
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentCanceled extends Schema.TaggedError<AgentCanceled>("effect-agent/AgentCanceled")(
+  "AgentCanceled",
+  { id: Schema.String, cause: CancelCauseSchema }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)}: the task was canceled (${this.cause.kind})`
+  }
+}
+
+/**
+ * The agent is being or was torn down.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentInactive extends Schema.TaggedError<AgentInactive>("effect-agent/AgentInactive")(
+  "AgentInactive",
+  { id: Schema.String }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} is disposed or being disposed; resume it to continue`
+  }
+}
+
+/**
+ * A durable write of the agent failed; it takes no more input until it is disposed and resumed
+ * (SES-02b).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentBroken extends Schema.TaggedError<AgentBroken>("effect-agent/AgentBroken")(
+  "AgentBroken",
+  { id: Schema.String, cause: Schema.Defect }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} could not write its log; dispose it and resume the session`
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class DuplicateTool extends Schema.TaggedError<DuplicateTool>("effect-agent/DuplicateTool")(
+  "DuplicateTool",
+  { name: Schema.String }
+) {
+  override get message(): string {
+    return `a tool named ${JSON.stringify(this.name)} is already registered here; tool names are unique per registry`
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class NoInitiator extends Schema.TaggedError<NoInitiator>("effect-agent/NoInitiator")("NoInitiator", {}) {
+  override get message(): string {
+    return "no agent initiated this work; run it inside withInitiator(agent)"
+  }
+}
+
+/**
+ * @since 0.1.0
+ * @category errors
+ */
+export class InitiatorScopeClosed extends Schema.TaggedError<InitiatorScopeClosed>(
+  "effect-agent/InitiatorScopeClosed"
+)("InitiatorScopeClosed", {}) {
+  override get message(): string {
+    return "the agent registry is closing and accepts no new initiator regions"
+  }
+}
+
+/**
+ * Teardown failures, combined (LIFE-03). The agent was unregistered all the same.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentDisposeError extends Schema.TaggedError<AgentDisposeError>("effect-agent/AgentDisposeError")(
+  "AgentDisposeError",
+  { id: Schema.String, cause: Schema.Defect }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} was torn down, but some steps failed; see the cause`
+  }
+}
+
+/**
+ * A model call failed.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class ModelError extends Schema.TaggedError<ModelError>("effect-agent/ModelError")(
+  "ModelError",
+  { code: Schema.String, reason: Schema.optional(Schema.String), cause: Schema.optional(Schema.Defect) }
+) {
+  override get message(): string {
+    return `model call failed (${this.code})${this.reason !== undefined ? `: ${this.reason}` : ""}`
+  }
+}
+
+/**
+ * What creating an agent can fail with.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export type CreateError =
+  | InvalidSessionId
+  | InvalidAgentOptions
+  | SessionError.InvalidEventData
+  | SessionError.ForkInsideOpenTurn
+  | SessionError.InvalidForkBoundary
+  | AgentAlreadyExists
+  | AgentCreationVetoed
+  | NoAgentFactory
+  | AgentLoopInactive
+  | AgentInactive
+  | SessionError.SessionConflict
+  | SessionError.PersistenceError
+
+/**
+ * What resuming an agent can fail with.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export type ResumeError =
+  | InvalidSessionId
+  | InvalidAgentOptions
+  | PersistenceNotConfigured
+  | SessionError.SessionAlreadyLive
+  | SessionError.SessionNotFound
+  | SessionError.SessionLocked
+  | SessionError.SessionCorrupt
+  | SessionError.SessionFormatUnsupported
+  | InvalidInboxLog
+  | AgentCreationVetoed
+  | NoAgentFactory
+  | AgentLoopInactive
+  | SessionError.SessionConflict
+  | SessionError.PersistenceError
+
+/**
+ * What a send (`followup`, `steer`, `inject`, `send`) can fail with.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export type SendError =
+  | DuplicateMessage
+  | SessionError.InvalidEventData
+  | AgentInactive
+  | AgentBroken
+  | SessionError.SessionAppendError
