@@ -1,0 +1,213 @@
+/**
+ * The Agent: the live driver around one Session in this process — an inbox of pending work, a
+ * turn/step loop, its own Scope of per-agent resources and a cancellation boundary (SPEC §7, §8).
+ * Its owner holds an {@link AgentHandle}; looking an agent up never gives the handle.
+ *
+ * @since 0.1.0
+ */
+import type { Context, Scope, Stream } from "effect"
+import { Effect, Layer } from "effect"
+import { AgentRegistry } from "./AgentRegistry.js"
+import type * as AgentError from "./AgentError.js"
+import type { AgentEvent, AgentStatus } from "./AgentEvent.js"
+import type { Inbox } from "./Inbox.js"
+import type { SessionId, UserMessage } from "./Message.js"
+import type { Session } from "./Session.js"
+import type { SessionAppendError } from "./SessionError.js"
+import type { CancelCause, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
+import type { LoopHooksShape, ToolRegistryShape } from "./Tool.js"
+
+/**
+ * How an agent talks to its model.
+ *
+ * @since 0.1.0
+ * @category options
+ */
+export interface AgentOptions {
+  readonly provider?: string | undefined
+  readonly model?: string | undefined
+  /** A positive safe integer. */
+  readonly maxTokens?: number | undefined
+  readonly system?: string | undefined
+  /** Default 10. */
+  readonly maxParallelToolCalls?: number | undefined
+  /** The turn ends `{kind:"max-steps"}` after this many steps; default 100. */
+  readonly maxStepsPerTurn?: number | undefined
+  /** Cap on `requestError` retries; default 3. */
+  readonly maxRequestRetries?: number | undefined
+}
+
+/**
+ * What `setup` may touch: composition only, never driving.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface AgentSetup {
+  readonly id: SessionId
+  readonly session: Session
+  readonly tools: ToolRegistryShape
+  readonly hooks: LoopHooksShape
+  readonly spawn: Agent["spawn"]
+  /** Non-waking seeding of context. */
+  readonly inbox: Pick<Inbox, "append" | "prepend">
+}
+
+/**
+ * Runs with the agent's Scope while the agent is built, before it is published. What it acquires
+ * lives exactly as long as the agent. It may return a `commit` that runs inside the short critical
+ * section of the creation transaction.
+ *
+ * @since 0.1.0
+ * @category options
+ */
+export type Setup<E, R> = (
+  agent: AgentSetup
+) => Effect.Effect<void | { readonly commit: Effect.Effect<void, E> }, E, R | Scope.Scope>
+
+/**
+ * @since 0.1.0
+ * @category options
+ */
+export interface CreateOptions<E = never, R = never> {
+  /** Validated (ID-01). */
+  readonly sessionId: SessionId | string
+  readonly options?: AgentOptions | undefined
+  /** Stored in the header. */
+  readonly meta?: JsonRecord | undefined
+  /** Replays a prefix. */
+  readonly seed?: ReadonlyArray<SessionEvent> | undefined
+  /** Seeds from another session (FORK-01). */
+  readonly fork?: { readonly from: Session; readonly upTo?: number | undefined } | undefined
+  /** The runtime owner relation (`roots`/`isOwnedBy`). */
+  readonly parentAgent?: Agent | undefined
+  readonly setup?: Setup<E, R> | undefined
+}
+
+/**
+ * @since 0.1.0
+ * @category options
+ */
+export interface ResumeOptions<E = never, R = never> {
+  readonly sessionId: SessionId | string
+  /** Else the route of the last `request/config` in the log. */
+  readonly options?: AgentOptions | undefined
+  readonly parentAgent?: Agent | undefined
+  readonly setup?: Setup<E, R> | undefined
+}
+
+/**
+ * The owner-only teardown capability.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface AgentHandle {
+  readonly agent: Agent
+  /** Starts or joins the single teardown and returns its outcome (LIFE-02). */
+  readonly dispose: Effect.Effect<void, AgentError.AgentDisposeError>
+}
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface Agent {
+  readonly id: SessionId
+  readonly options: AgentOptions
+  readonly session: Session
+  readonly inbox: Inbox
+  readonly status: Effect.Effect<AgentStatus>
+  /** Transitions only (never the current value first). */
+  readonly statusChanges: Stream.Stream<AgentStatus>
+  /** This agent's live events, in causal order. */
+  readonly events: Stream.Stream<AgentEvent>
+  /** The eager form of `events`. */
+  readonly subscribe: Effect.Effect<Stream.Stream<AgentEvent>, never, Scope.Scope>
+  readonly send: (
+    message: UserMessage,
+    target: InboxTarget,
+    wake: boolean
+  ) => Effect.Effect<void, AgentError.SendError>
+  /** next-turn, wakes. */
+  readonly followup: (message: UserMessage) => Effect.Effect<void, AgentError.SendError>
+  /** next-step, wakes. */
+  readonly steer: (message: UserMessage) => Effect.Effect<void, AgentError.SendError>
+  /** next-step, never wakes. */
+  readonly inject: (message: UserMessage) => Effect.Effect<void, AgentError.SendError>
+  /**
+   * Cancels the current activity (and, unless `keepInbox`, the pending inbox). Returns once the
+   * canceled splices are durable and the interruption was requested.
+   */
+  readonly cancel: (
+    cause: Exclude<CancelCause, { readonly kind: "disposed" }>,
+    options?: { readonly keepInbox?: boolean | undefined }
+  ) => Effect.Effect<void, SessionAppendError>
+  /** Resolves when no activity remains; never fails. */
+  readonly whenIdle: Effect.Effect<void>
+  /** Runs `task` exclusively while the agent is idle. */
+  readonly runMaintenance: <A, E, R>(
+    task: Effect.Effect<A, E, R>
+  ) => Effect.Effect<
+    A,
+    E | AgentError.AgentBusy | AgentError.AgentCanceled | AgentError.AgentInactive | AgentError.AgentBroken,
+    R
+  >
+  /** Creates an owned child, disposed with this agent (OWN-03). */
+  readonly spawn: <E = never, R = never>(
+    options: Omit<CreateOptions<E, R>, "parentAgent">
+  ) => Effect.Effect<AgentHandle, AgentError.CreateError | E, Exclude<R, Scope.Scope>>
+  /** Creates an agent seeded from this one's log (FORK-01), owned by the caller's Scope. */
+  readonly fork: <E = never, R = never>(
+    options:
+      & { readonly childId: SessionId | string; readonly upTo?: number | undefined }
+      & Omit<CreateOptions<E, R>, "sessionId" | "fork">
+  ) => Effect.Effect<AgentHandle, AgentError.CreateError | E, Scope.Scope | Exclude<R, Scope.Scope>>
+  /** Per-agent tools, scoped registrations. */
+  readonly tools: ToolRegistryShape
+  /** Per-agent hooks, scoped registrations. */
+  readonly hooks: LoopHooksShape
+}
+
+/**
+ * An agent as a layer (SPEC §7.4): building the layer creates the agent (or, with `resume: true`,
+ * resumes it when stored and creates it otherwise) owned by the layer's Scope; releasing the layer
+ * disposes it. So an application provides an agent to its services like any other dependency.
+ *
+ * @example
+ * ```ts
+ * import { Context, Effect, Layer } from "effect"
+ * import { Agent, AgentRuntime, Message, Model } from "effect-agent"
+ *
+ * class Assistant extends Context.Tag("app/Assistant")<Assistant, Agent.Agent>() {}
+ *
+ * const AssistantLive = Agent.layer(Assistant, {
+ *   sessionId: "assistant",
+ *   options: { provider: "scripted", model: "demo" }
+ * })
+ *
+ * const program = Effect.gen(function*() {
+ *   const assistant = yield* Assistant
+ *   yield* assistant.followup(Message.user("hello"))
+ *   yield* assistant.whenIdle
+ * })
+ * ```
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = <I, E = never, R = never>(
+  tag: Context.Tag<I, Agent>,
+  options: CreateOptions<E, R> & { readonly resume?: boolean | undefined }
+): Layer.Layer<I, AgentError.CreateError | AgentError.ResumeError | E, AgentRegistry | Exclude<R, Scope.Scope>> =>
+  Layer.scoped(
+    tag,
+    Effect.gen(function*() {
+      const registry = yield* AgentRegistry
+      const { resume, ...createOptions } = options
+      const handle = resume === true
+        ? yield* registry.resumeOrCreate(createOptions)
+        : yield* registry.create(createOptions)
+      return handle.agent
+    })
+  )

@@ -1,0 +1,612 @@
+/**
+ * The AgentLoop: the default agent factory. It creates and resumes agents in one atomic
+ * transaction (PUB, RES) and tears each down in one ordered, memoized quiescence that every owner
+ * awaits (LIFE, OWN, FAC-04). Installing its layer installs it in the AgentRegistry's factory slot.
+ *
+ * @since 0.1.0
+ */
+import type { Fiber } from "effect"
+import {
+  Cause,
+  Context,
+  Deferred,
+  Effect,
+  Either,
+  ExecutionStrategy,
+  Exit,
+  FiberRef,
+  Layer,
+  Option,
+  Ref,
+  Runtime,
+  Scope,
+  Stream
+} from "effect"
+import type { Agent, AgentHandle, AgentOptions, AgentSetup, CreateOptions, ResumeOptions, Setup } from "./Agent.js"
+import * as AgentError from "./AgentError.js"
+import { AgentEvent } from "./AgentEvent.js"
+import type { AgentEntry, AgentFactory, AgentPublisher } from "./AgentRegistry.js"
+import { AgentRegistry } from "./AgentRegistry.js"
+import * as Driver from "./internal/driver.js"
+import * as Feed from "./internal/feed.js"
+import * as internalInbox from "./internal/inbox.js"
+import * as internalHooks from "./internal/hooks.js"
+import * as internalTools from "./internal/tools.js"
+import * as Message from "./Message.js"
+import type { SessionId } from "./Message.js"
+import { Model } from "./Model.js"
+import * as Repair from "./Repair.js"
+import * as Session from "./Session.js"
+import * as SessionError from "./SessionError.js"
+import type { InboxChange } from "./Inbox.js"
+import type { SessionEvent } from "./SessionEvent.js"
+import type { SessionWriter } from "./SessionPersistence.js"
+import { SessionPersistence } from "./SessionPersistence.js"
+import type { SessionEntry } from "./SessionStore.js"
+import { SessionStore } from "./SessionStore.js"
+import * as Tool from "./Tool.js"
+
+/**
+ * The id of the agent whose creation is publishing in this fiber chain: sends from its own hooks
+ * do not wait for publication (PUB-11).
+ */
+const publishingRef = FiberRef.unsafeMake<Option.Option<SessionId>>(Option.none())
+
+/** Set while a `commit` runs: a create or dispose from inside it would deadlock, so it dies. */
+const inCommitRef = FiberRef.unsafeMake(false)
+
+/**
+ * The AgentLoop service: the factory it installed, for users that want to call it directly.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class AgentLoop extends Context.Tag("effect-agent/AgentLoop")<AgentLoop, AgentFactory>() {}
+
+const validateOptions = (options: AgentOptions | undefined): Either.Either<AgentOptions, AgentError.InvalidAgentOptions> => {
+  const o = options ?? {}
+  const positive = (name: string, value: number | undefined, min: number) =>
+    value === undefined || (Number.isSafeInteger(value) && value >= min)
+      ? undefined
+      : `${name} must be an integer >= ${min}, got ${value}`
+  const problem = positive("maxTokens", o.maxTokens, 1) ??
+    positive("maxParallelToolCalls", o.maxParallelToolCalls, 1) ??
+    positive("maxStepsPerTurn", o.maxStepsPerTurn, 1) ??
+    positive("maxRequestRetries", o.maxRequestRetries, 0) ??
+    (o.provider !== undefined && typeof o.provider !== "string" ? "provider must be a string" : undefined) ??
+    (o.model !== undefined && typeof o.model !== "string" ? "model must be a string" : undefined) ??
+    (o.system !== undefined && typeof o.system !== "string" ? "system must be a string" : undefined)
+  return problem === undefined
+    ? Either.right(o)
+    : Either.left(new AgentError.InvalidAgentOptions({ reason: problem }))
+}
+
+/** The route of the last `request/config` of a log (RES-07/08). */
+const storedRoute = (events: ReadonlyArray<SessionEvent>): Partial<Tool.Route> => {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const event = events[i]!
+    if (event.type === "request/config") {
+      const data = event.data as {
+        readonly provider: string
+        readonly model: string
+        readonly maxTokens?: number
+        readonly system?: string
+      }
+      return {
+        provider: data.provider,
+        model: data.model,
+        ...(data.maxTokens !== undefined ? { maxTokens: data.maxTokens } : {}),
+        ...(data.system !== undefined ? { system: data.system } : {})
+      }
+    }
+  }
+  return {}
+}
+
+/** An inbox change as the agent's live event. */
+const inboxEvent = (agent: SessionId, change: InboxChange): AgentEvent => {
+  switch (change._tag) {
+    case "Inserted":
+      return AgentEvent.InboxInserted({ agent, target: change.target, messages: change.messages })
+    case "Discarded":
+      return AgentEvent.InboxDiscarded({ agent, target: change.target, ids: change.ids, outcome: change.outcome })
+    case "Claimed":
+      return AgentEvent.InboxClaimed({ agent, turn: change.turn, messages: change.messages })
+  }
+}
+
+/** Replays the inbox splices of a (repaired) log in memory (INB-05), before anything is written. */
+const validateInbox = (id: SessionId, events: ReadonlyArray<SessionEvent>, seedLength: number) =>
+  Effect.suspend(() => {
+    const projection = new internalInbox.Projection()
+    for (let i = seedLength; i < events.length; i++) {
+      const event = events[i]!
+      const reason = projection.applyEvent(event)
+      if (reason !== undefined) return Effect.fail(new AgentError.InvalidInboxLog({ id, seq: event.seq, reason }))
+    }
+    return Effect.void
+  })
+
+/** What a creation built, for the transaction and the teardown. */
+interface Build {
+  readonly id: SessionId
+  readonly agentScope: Scope.CloseableScope
+  readonly sessionScope: Scope.CloseableScope
+  readonly link: Scope.CloseableScope
+  readonly factoryLink: Scope.CloseableScope
+  readonly done: Deferred.Deferred<Exit.Exit<void, AgentError.AgentDisposeError>>
+  started: boolean
+  writer: SessionWriter | undefined
+  createMode: boolean
+  driver: Driver.Driver | undefined
+  agent: Agent | undefined
+  feed: Feed.Feed<AgentEvent> | undefined
+  sessionEntry: SessionEntry | undefined
+  agentEntry: AgentEntry | undefined
+  /** The agent stays discoverable for `discard` only while its creation did not complete. */
+  published: boolean
+}
+
+/**
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make: Effect.Effect<
+  AgentFactory,
+  AgentError.FactoryAlreadySet,
+  AgentRegistry | SessionStore | Model | Scope.Scope
+> = Effect.gen(function*() {
+  const registry = yield* AgentRegistry
+  const store = yield* SessionStore
+  const model = yield* Model
+  const persistence = yield* Effect.serviceOption(SessionPersistence)
+  const globalTools = yield* Effect.serviceOption(Tool.ToolRegistry)
+  const globalHooks = yield* Effect.serviceOption(Tool.LoopHooks)
+  const runtime = yield* Effect.runtime<never>()
+  const factoryScope = yield* Effect.scope
+  const critical = yield* Effect.makeSemaphore(1)
+  const inFlight = yield* Ref.make(0)
+  const drained = yield* Ref.make<Deferred.Deferred<void> | undefined>(undefined)
+  let active = true
+  const live = new Set<Build>()
+  const teardownFibers = new Set<Fiber.RuntimeFiber<unknown, unknown>>()
+
+  // ---------------------------------------------------------------------------------------------
+  // teardown (LIFE-01..06)
+
+  const teardownSteps = (build: Build, publisher: AgentPublisher) =>
+    Effect.gen(function*() {
+      const failures: Array<Cause.Cause<unknown>> = []
+      if (build.driver !== undefined) {
+        const stopped = yield* Effect.exit(build.driver.stop)
+        if (Exit.isFailure(stopped)) failures.push(stopped.cause)
+      }
+      const agentScopeClosed = yield* Effect.exit(Scope.close(build.agentScope, Exit.void))
+      if (Exit.isFailure(agentScopeClosed)) failures.push(agentScopeClosed.cause)
+      if (build.agentEntry !== undefined) yield* publisher.detach(build.agentEntry)
+      if (build.feed !== undefined) {
+        yield* build.feed.publish(AgentEvent.AgentDisposed({ agent: build.id }))
+        yield* build.feed.end
+      }
+      if (build.sessionEntry !== undefined) yield* build.sessionEntry.detach
+      if (build.createMode && !build.published && build.writer !== undefined) {
+        const discarded = yield* Effect.exit(build.writer.discard)
+        if (Exit.isFailure(discarded)) failures.push(discarded.cause)
+      }
+      const sessionScopeClosed = yield* Effect.exit(Scope.close(build.sessionScope, Exit.void))
+      if (Exit.isFailure(sessionScopeClosed)) failures.push(sessionScopeClosed.cause)
+      live.delete(build)
+      if (failures.length === 0) return Exit.void
+      const cause = failures.reduce((acc, next) => Cause.sequential(acc, next))
+      return Exit.fail(new AgentError.AgentDisposeError({ id: build.id, cause: Cause.squash(cause) }))
+    })
+
+  /** Starts the single teardown (once) in a daemon fiber, and awaits its outcome (LIFE-02). */
+  const teardown = (build: Build, publisher: AgentPublisher) =>
+    Effect.suspend(() => {
+      if (!build.started) {
+        build.started = true
+        const fiber = Runtime.runFork(runtime)(
+          teardownSteps(build, publisher).pipe(
+            Effect.flatMap((exit) => Deferred.succeed(build.done, exit)),
+            Effect.zipRight(Scope.close(build.link, Exit.void)),
+            Effect.zipRight(Scope.close(build.factoryLink, Exit.void)),
+            Effect.uninterruptible
+          )
+        )
+        teardownFibers.add(fiber)
+        fiber.addObserver(() => teardownFibers.delete(fiber))
+      }
+      return Effect.flatten(Deferred.await(build.done))
+    })
+
+  /** What owners' finalizers run: they cannot fail, so they log a failed teardown. */
+  const ownerFinalizer = (build: Build, publisher: AgentPublisher) =>
+    teardown(build, publisher).pipe(
+      Effect.catchAll((error) => Effect.logWarning(`agent ${build.id}: teardown failed`, error))
+    )
+
+  // ---------------------------------------------------------------------------------------------
+  // building an agent
+
+  const buildAgent = (
+    build: Build,
+    session: Session.Session,
+    options: AgentOptions,
+    parentAgent: Agent | undefined,
+    route: Partial<Tool.Route>,
+    publisher: AgentPublisher
+  ) =>
+    Effect.gen(function*() {
+      const feed = yield* Feed.make<AgentEvent>()
+      build.feed = feed
+      const isActive = Effect.sync(() => build.driver === undefined || build.driver.isActive())
+      const emit = (event: AgentEvent) =>
+        Effect.zipRight(feed.publish(event), publisher.publish(event))
+      const inbox = yield* internalInbox.make(session, {
+        onChange: (change) => emit(inboxEvent(build.id, change))
+      })
+      const tools = internalTools.makeToolRegistry({ isActive, id: build.id })
+      const hooks = internalHooks.makeLoopHooks({ isActive, id: build.id })
+      const runners = Option.isSome(globalHooks) ? internalHooks.combineHooks(globalHooks.value, hooks) : hooks
+      const allTools = Effect.gen(function*() {
+        const global = Option.isSome(globalTools) ? yield* globalTools.value.list : []
+        return internalTools.resolveTools(global, yield* tools.list)
+      })
+      let agent: Agent | undefined
+      const driver = yield* Driver.make({
+        id: build.id,
+        session,
+        inbox,
+        options,
+        model,
+        tools: allTools,
+        toSchema: Tool.toSchema,
+        decodeArguments: Tool.decodeArguments,
+        hooks: runners,
+        emit,
+        withInitiator: (self) => registry.withInitiator(agent!)(self),
+        agent: () => agent!,
+        runtime,
+        storedRoute: route,
+        publishing: publishingRef
+      })
+      build.driver = driver
+      const inactive = new AgentError.AgentInactive({ id: build.id })
+      const spawn: Agent["spawn"] = (spawnOptions) =>
+        Effect.suspend(() =>
+          driver.isActive()
+            ? registry.create({ ...spawnOptions, parentAgent: agent! }).pipe(Scope.extend(build.agentScope))
+            : Effect.fail(inactive)
+        )
+      const fork: Agent["fork"] = ({ childId, upTo, ...rest }) =>
+        Effect.suspend(() =>
+          driver.isActive()
+            ? registry.create({ ...rest, sessionId: childId, fork: { from: session, upTo } })
+            : Effect.fail(inactive)
+        )
+      agent = {
+        id: build.id,
+        options,
+        session,
+        inbox,
+        status: driver.status,
+        statusChanges: Stream.filterMap(feed.stream, (event) =>
+          event._tag === "AgentStatusChanged" ? Option.some(event.status) : Option.none()),
+        events: feed.stream,
+        subscribe: feed.subscribe,
+        send: driver.send,
+        followup: (message) => driver.send(message, "next-turn", true),
+        steer: (message) => driver.send(message, "next-step", true),
+        inject: (message) => driver.send(message, "next-step", false),
+        cancel: (cause, cancelOptions) => driver.cancel(cause, cancelOptions),
+        whenIdle: driver.whenIdle,
+        runMaintenance: driver.runMaintenance,
+        spawn,
+        fork,
+        tools,
+        hooks
+      }
+      const setupView: AgentSetup = {
+        id: build.id,
+        session,
+        tools,
+        hooks,
+        spawn,
+        inbox: { append: inbox.append, prepend: inbox.prepend }
+      }
+      build.agent = agent
+      return { agent, setupView, parentAgent } as const
+    })
+
+  /**
+   * Steps 4–6 of the transaction (PUB): critical section, then uninterruptible publication.
+   * Runs inside `uninterruptibleMask`; `restore` is used only around `commit`.
+   */
+  const publish = <E, C>(
+    build: Build,
+    session: Session.Session,
+    commit: Effect.Effect<void, E> | undefined,
+    parentAgent: Agent | undefined,
+    source: "startup" | "resume",
+    collision: () => C,
+    publisher: AgentPublisher,
+    restore: <A, E2, R>(effect: Effect.Effect<A, E2, R>) => Effect.Effect<A, E2, R>
+  ) =>
+    Effect.gen(function*() {
+      const agent = build.agent!
+      yield* critical.withPermits(1)(
+        Effect.gen(function*() {
+          if (!active) return yield* new AgentError.AgentLoopInactive()
+          if (commit !== undefined) yield* restore(Effect.locally(commit, inCommitRef, true))
+          build.sessionEntry = yield* store.enter(session).pipe(Effect.mapError(collision))
+          build.agentEntry = yield* publisher.enter(agent, Option.fromNullable(parentAgent)).pipe(
+            Effect.mapError(collision)
+          )
+        })
+      )
+      // publication: uninterruptible from here on (PUB-05)
+      const announced = yield* Effect.exit(
+        Effect.gen(function*() {
+          yield* store.announce(build.sessionEntry!).pipe(
+            Effect.mapError((error) => new AgentError.AgentCreationVetoed({ id: build.id, cause: error.cause }))
+          )
+          yield* publisher.announce(build.agentEntry!, source)
+        }).pipe(Effect.locally(publishingRef, Option.some(build.id)))
+      )
+      if (Exit.isFailure(announced)) {
+        yield* build.driver!.open(false)
+        return yield* Effect.failCause(announced.cause)
+      }
+      build.published = true
+      yield* build.driver!.open(true)
+    })
+
+  /** Steps 0 (scopes and links) of the transaction. */
+  const makeBuild = (id: SessionId, owner: Scope.Scope, publisher: AgentPublisher) =>
+    Effect.gen(function*() {
+      const agentScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
+      const sessionScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
+      const link = yield* Scope.fork(owner, ExecutionStrategy.sequential)
+      const factoryLink = yield* Scope.fork(factoryScope, ExecutionStrategy.sequential)
+      const build: Build = {
+        id,
+        agentScope,
+        sessionScope,
+        link,
+        factoryLink,
+        done: yield* Deferred.make<Exit.Exit<void, AgentError.AgentDisposeError>>(),
+        started: false,
+        writer: undefined,
+        createMode: false,
+        driver: undefined,
+        agent: undefined,
+        feed: undefined,
+        sessionEntry: undefined,
+        agentEntry: undefined,
+        published: false
+      }
+      yield* Scope.addFinalizer(link, ownerFinalizer(build, publisher))
+      yield* Scope.addFinalizer(factoryLink, ownerFinalizer(build, publisher))
+      live.add(build)
+      return build
+    })
+
+  const inFlightRegion = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+    Effect.acquireUseRelease(
+      Ref.update(inFlight, (n) => n + 1),
+      () => effect,
+      () =>
+        Ref.updateAndGet(inFlight, (n) => n - 1).pipe(
+          Effect.flatMap((n) =>
+            n === 0
+              ? Effect.flatMap(Ref.get(drained), (d) => (d === undefined ? Effect.void : Deferred.succeed(d, undefined)))
+              : Effect.void
+          )
+        )
+    )
+
+  const guardEntry = Effect.gen(function*() {
+    if (yield* FiberRef.get(inCommitRef)) {
+      return yield* Effect.dieMessage("an agent was created from inside a commit, which would deadlock the registry")
+    }
+    if (!active) return yield* new AgentError.AgentLoopInactive()
+  })
+
+  const runSetup = <E, R>(setup: Setup<E, R> | undefined, view: AgentSetup, agentScope: Scope.Scope) =>
+    setup === undefined
+      ? Effect.succeed(undefined)
+      : setup(view).pipe(
+        Scope.extend(agentScope),
+        Effect.map((result) => (result === undefined ? undefined : result.commit))
+      )
+
+  const handleOf = (build: Build, publisher: AgentPublisher): AgentHandle => ({
+    agent: build.agent!,
+    dispose: Effect.suspend(() =>
+      FiberRef.get(inCommitRef).pipe(
+        Effect.flatMap((inCommit) =>
+          inCommit
+            ? Effect.dieMessage("an agent was disposed from inside a commit, which would deadlock the registry")
+            : teardown(build, publisher)
+        )
+      )
+    )
+  })
+
+  /** Runs a creation; rolls back on failure or interruption before publication completed. */
+  const transaction = <A, E, R>(
+    id: SessionId,
+    owner: Scope.Scope,
+    publisher: AgentPublisher,
+    body: (
+      build: Build,
+      restore: <X, EX, RX>(effect: Effect.Effect<X, EX, RX>) => Effect.Effect<X, EX, RX>
+    ) => Effect.Effect<A, E, R>
+  ) =>
+    inFlightRegion(
+      Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          const build = yield* makeBuild(id, owner, publisher)
+          const exit = yield* Effect.exit(body(build, restore))
+          if (Exit.isSuccess(exit)) return exit.value
+          yield* teardown(build, publisher).pipe(Effect.ignore)
+          return yield* Effect.failCause(exit.cause)
+        })
+      )
+    )
+
+  // ---------------------------------------------------------------------------------------------
+  // create (PUB) and resume (RES)
+
+  const create = <E, R>(options: CreateOptions<E, R>, owner: Scope.Scope, publisher: AgentPublisher) =>
+    Effect.gen(function*() {
+      yield* guardEntry
+      const id = yield* Message.sessionId(options.sessionId)
+      const agentOptions = yield* validateOptions(options.options)
+      if (options.seed !== undefined && options.fork !== undefined) {
+        return yield* new AgentError.InvalidAgentOptions({ reason: "give either a seed or a fork, not both" })
+      }
+      if (options.seed !== undefined && Option.isSome(Repair.isInsideOpenTurn(options.seed, options.seed.length))) {
+        return yield* new AgentError.InvalidAgentOptions({ reason: "the seed ends inside an open turn" })
+      }
+      if (Option.isSome(yield* registry.get(id))) {
+        return yield* new AgentError.AgentAlreadyExists({ id, where: "live" })
+      }
+      return yield* transaction(id, owner, publisher, (build, restore) =>
+        Effect.gen(function*() {
+          const { session, commit, parentAgent } = yield* restore(
+            Effect.gen(function*() {
+              const planned = yield* store.prepare({
+                sessionId: id,
+                meta: options.meta,
+                seed: options.seed,
+                fork: options.fork
+              }).pipe(
+                Effect.catchTag("SessionAlreadyLive", () =>
+                  Effect.fail(new AgentError.AgentAlreadyExists({ id, where: "live" })))
+              )
+              let writer: SessionWriter | undefined
+              if (Option.isSome(persistence)) {
+                writer = yield* persistence.value.create(planned.header).pipe(
+                  Scope.extend(build.sessionScope),
+                  Effect.catchTags({
+                    SessionAlreadyExists: () => Effect.fail(new AgentError.AgentAlreadyExists({ id, where: "stored" })),
+                    SessionLocked: () => Effect.fail(new AgentError.AgentAlreadyExists({ id, where: "locked" }))
+                  })
+                )
+                build.writer = writer
+                build.createMode = true
+              }
+              const session = yield* Session.fromPlan(planned, writer).pipe(Scope.extend(build.sessionScope))
+              // a new session has no inbox events after its seed, so its replay cannot fail
+              const built = yield* buildAgent(build, session, agentOptions, options.parentAgent, {}, publisher).pipe(
+                Effect.catchTag("InvalidInboxLog", Effect.die)
+              )
+              const commit = yield* runSetup(options.setup, built.setupView, build.agentScope)
+              return { session, commit, parentAgent: built.parentAgent }
+            })
+          )
+          yield* publish(
+            build,
+            session,
+            commit,
+            parentAgent,
+            "startup",
+            () => new AgentError.AgentAlreadyExists({ id, where: "live" }),
+            publisher,
+            restore
+          )
+          return handleOf(build, publisher)
+        })
+      )
+    })
+
+  const resume = <E, R>(options: ResumeOptions<E, R>, owner: Scope.Scope, publisher: AgentPublisher) =>
+    Effect.gen(function*() {
+      yield* guardEntry
+      const id = yield* Message.sessionId(options.sessionId)
+      const agentOptions = yield* validateOptions(options.options)
+      if (Option.isNone(persistence)) return yield* new AgentError.PersistenceNotConfigured({ id })
+      if (Option.isSome(yield* registry.get(id)) || Option.isSome(yield* store.get(id))) {
+        return yield* new SessionError.SessionAlreadyLive({ id })
+      }
+      return yield* transaction(id, owner, publisher, (build, restore) =>
+        Effect.gen(function*() {
+          const { session, commit } = yield* restore(
+            Effect.gen(function*() {
+              // RES-02: the exclusive writer first, reading the log once
+              const opened = yield* persistence.value.openWrite(id).pipe(Scope.extend(build.sessionScope))
+              build.writer = opened.writer
+              const stored = opened.stored
+              // RES-03: repair closers, then replay-validate the inbox on the repaired log, in memory
+              const closers = Repair.closers(stored.events, { seedLength: stored.header.seedLength })
+              const events = closers.length === 0 ? stored.events : [...stored.events, ...closers]
+              yield* validateInbox(id, events, stored.header.seedLength)
+              if (closers.length > 0) {
+                yield* opened.writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
+              }
+              const session = yield* Session.fromStored({ header: stored.header, events }, opened.writer).pipe(
+                Scope.extend(build.sessionScope)
+              )
+              const built = yield* buildAgent(
+                build,
+                session,
+                agentOptions,
+                options.parentAgent,
+                storedRoute(events),
+                publisher
+              )
+              const commit = yield* runSetup(options.setup, built.setupView, build.agentScope)
+              return { session, commit }
+            })
+          )
+          yield* publish(
+            build,
+            session,
+            commit,
+            options.parentAgent,
+            "resume",
+            () => new SessionError.SessionAlreadyLive({ id }),
+            publisher,
+            restore
+          )
+          return handleOf(build, publisher)
+        })
+      )
+    })
+
+  const factory: AgentFactory = {
+    create: (options, owner, publisher) => create(options, owner, publisher),
+    resume: (options, owner, publisher) => resume(options, owner, publisher)
+  }
+
+  // FAC-04: on close, first the slot clears (setFactory's release runs first: it was added last),
+  // then in-flight creations are awaited and every agent this factory made is disposed.
+  yield* Effect.addFinalizer(() =>
+    Effect.gen(function*() {
+      active = false
+      const waitFor = yield* Deferred.make<void>()
+      yield* Ref.set(drained, waitFor)
+      if ((yield* Ref.get(inFlight)) > 0) yield* Deferred.await(waitFor)
+      const disposals = Array.from(live, (build) => Scope.close(build.factoryLink, Exit.void))
+      yield* Effect.all(disposals, { discard: true, concurrency: "unbounded" })
+      yield* Effect.forEach(Array.from(teardownFibers), (fiber) => fiber.await, { discard: true })
+    })
+  )
+  yield* registry.setFactory(factory)
+  return factory
+})
+
+/**
+ * The default factory as a layer: installs itself in the registry's factory slot; closing it
+ * disposes every agent it made (FAC-04).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<
+  AgentLoop,
+  AgentError.FactoryAlreadySet,
+  AgentRegistry | SessionStore | Model
+> = Layer.scoped(AgentLoop, make)

@@ -1,0 +1,483 @@
+/**
+ * Sessions persisted as JSONL files (SPEC §4.3, PERS-05): one `<id>.jsonl` per session in a
+ * directory — the header record on line 1, then one event per line — and one `<id>.lock` per open
+ * writer.
+ *
+ * @since 0.1.0
+ */
+import { FileSystem, Path } from "@effect/platform"
+import { NodeContext } from "@effect/platform-node"
+import type { Array as Arr, Chunk } from "effect"
+import { Deferred, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Queue, Scope, Stream } from "effect"
+import * as os from "node:os"
+import * as fileLock from "./internal/fileLock.js"
+import { encode, eventLines, headerLine, parseLog } from "./internal/jsonl.js"
+import { storedHeader } from "./internal/eventCodec.js"
+import type { SessionId } from "./Message.js"
+import { sessionId } from "./Message.js"
+import * as SessionError from "./SessionError.js"
+import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
+import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
+import { SessionPersistence } from "./SessionPersistence.js"
+
+/**
+ * When an append is acknowledged (PERS-04): `"fsync"` once the data is on disk (appends queued
+ * meanwhile share one sync), `"buffered"` once it was handed to the OS (for tests and benchmarks).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Durability = "fsync" | "buffered"
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface Options {
+  /** Where the session files live; created if missing. */
+  readonly directory: string
+  /** Default `"fsync"`. */
+  readonly durability?: Durability | undefined
+  /** Names this process in lock files (default: a random id). */
+  readonly instanceId?: string | undefined
+  /**
+   * Whether a process of this host is running; decides if a lock of this host is stale. Default:
+   * `process.kill(pid, 0)`.
+   */
+  readonly isProcessAlive?: ((pid: number) => boolean) | undefined
+}
+
+/**
+ * Whether a process of this host is running (signal 0 probes without signalling).
+ *
+ * @since 0.1.0
+ * @category locks
+ */
+export const isProcessAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: it exists but belongs to someone else.
+    return (error as { readonly code?: unknown }).code === "EPERM"
+  }
+}
+
+type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
+
+interface AppendRequest {
+  readonly events: Arr.NonEmptyReadonlyArray<SessionEvent>
+  readonly done: Deferred.Deferred<void, WriteError>
+}
+
+interface WriterState {
+  /** Byte length of the acknowledged records: where the next batch is written. */
+  offset: number
+  nextSeq: number
+  /** Set when a failed write could not be undone: every later append fails with it (SES-02b). */
+  failed: SessionError.PersistenceError | undefined
+  /** Released or discarded: appends are refused. */
+  isClosed: boolean
+}
+
+const conflict = (id: SessionId, expectedSeq: number, actualSeq: number) =>
+  new SessionError.SessionConflict({ id, expectedSeq, actualSeq })
+
+/** PERS-02: the batch must start at the stored length and be contiguous. */
+const fence = (
+  id: SessionId,
+  events: Arr.NonEmptyReadonlyArray<SessionEvent>,
+  nextSeq: number
+): SessionError.SessionConflict | undefined => {
+  for (let i = 0; i < events.length; i++) {
+    const seq = events[i]!.seq
+    if (seq !== nextSeq + i) return conflict(id, seq, nextSeq + i)
+  }
+  return undefined
+}
+
+const assertSessionId = (id: string): Effect.Effect<void> =>
+  Either.isRight(sessionId(id))
+    ? Effect.void
+    : Effect.dieMessage(`bug: ${JSON.stringify(id)} is not a SessionId and cannot name a session file`)
+
+/**
+ * Runs `build` in a child of the caller's Scope that is closed at once if `build` fails, so a
+ * failed create/openWrite releases its lock immediately, while a successful one lives as long as
+ * the caller's Scope.
+ */
+const inWriterScope = <A, E, R>(
+  build: Effect.Effect<A, E, R>
+): Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope> =>
+  Effect.flatMap(Effect.scope, (parent) =>
+    Effect.flatMap(Scope.fork(parent, ExecutionStrategy.sequential), (scope) =>
+      build.pipe(
+        Scope.extend(scope),
+        Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
+      )))
+
+const make = (options: Options) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const directory = path.resolve(options.directory)
+    const durability: Durability = options.durability ?? "fsync"
+    const lockContext: fileLock.LockContext = {
+      fs,
+      path,
+      directory,
+      self: {
+        host: os.hostname(),
+        pid: process.pid,
+        instanceId: options.instanceId ?? globalThis.crypto.randomUUID()
+      },
+      isProcessAlive: options.isProcessAlive ?? isProcessAlive
+    }
+    const dataPath = (id: string) => path.join(directory, `${id}.jsonl`)
+
+    const makeDirectory = fs.makeDirectory(directory, { recursive: true }).pipe(
+      Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))
+    )
+    yield* makeDirectory
+
+    // A new directory entry is durable only once the directory itself is synced; not every
+    // platform can open a directory, and the data is synced either way, so this is best effort.
+    const syncDirectory = Effect.scoped(Effect.flatMap(fs.open(directory, { flag: "r" }), (dir) => dir.sync)).pipe(
+      Effect.ignore
+    )
+
+    const lock = (id: SessionId) =>
+      Effect.acquireRelease(
+        fileLock.acquire(lockContext, id),
+        (owner) => fileLock.release(lockContext, id, owner)
+      )
+
+    const readLog = (id: SessionId) =>
+      Effect.gen(function*() {
+        yield* assertSessionId(id)
+        const file = dataPath(id)
+        const bytes = yield* fs.readFile(file).pipe(
+          Effect.catchIf(fileLock.isNotFound, () => new SessionError.SessionNotFound({ id })),
+          Effect.mapError((error) =>
+            error._tag === "SessionNotFound" ? error : fileLock.persistenceError(`reading ${file}`)(error)
+          )
+        )
+        return yield* parseLog(id, bytes)
+      })
+
+    /**
+     * The writer of one session: one fiber, fed by a queue, writes everything queued while the
+     * previous write was in flight as one batch with one sync (SES-02, PERS-04).
+     */
+    const makeWriter = Effect.fnUntraced(function*(
+      id: SessionId,
+      file: FileSystem.File,
+      owner: fileLock.LockOwner,
+      start: { readonly offset: number; readonly nextSeq: number },
+      isCreateMode: boolean
+    ) {
+      const state: WriterState = { offset: start.offset, nextSeq: start.nextSeq, failed: undefined, isClosed: false }
+      const queue = yield* Queue.unbounded<AppendRequest>()
+      // Held by each batch and by discard, so discard never races a write.
+      const batchPermit = yield* Effect.makeSemaphore(1)
+      const pathOfData = dataPath(id)
+
+      const rejectAll = (requests: Iterable<AppendRequest>, error: WriteError) =>
+        Effect.forEach(requests, (request) => Deferred.fail(request.done, error), { discard: true })
+
+      const writeBatch = (batch: Chunk.Chunk<AppendRequest>) =>
+        Effect.gen(function*() {
+          if (state.isClosed || state.failed !== undefined) {
+            for (const request of batch) {
+              yield* Deferred.fail(
+                request.done,
+                state.failed ?? conflict(id, request.events[0].seq, state.nextSeq)
+              )
+            }
+            return
+          }
+          let nextSeq = state.nextSeq
+          let text = ""
+          const accepted: Array<AppendRequest> = []
+          for (const request of batch) {
+            const refused = fence(id, request.events, nextSeq)
+            if (refused !== undefined) {
+              yield* Deferred.fail(request.done, refused)
+              continue
+            }
+            text += eventLines(request.events)
+            accepted.push(request)
+            nextSeq += request.events.length
+          }
+          if (accepted.length === 0) return
+          const bytes = encode(text)
+          const written = yield* file.seek(state.offset, "start").pipe(
+            Effect.zipRight(file.writeAll(bytes)),
+            Effect.zipRight(durability === "fsync" ? file.sync : Effect.void),
+            Effect.either
+          )
+          if (Either.isRight(written)) {
+            state.offset += bytes.length
+            state.nextSeq = nextSeq
+            for (const request of accepted) yield* Deferred.succeed(request.done, undefined)
+            return
+          }
+          const error = fileLock.persistenceError(`appending to ${pathOfData}`)(written.left)
+          // SES-02b: undo the partial write so the file ends at the last acknowledged record.
+          const undone = yield* file.truncate(state.offset).pipe(
+            Effect.zipRight(file.seek(state.offset, "start")),
+            Effect.either
+          )
+          if (Either.isLeft(undone)) {
+            state.failed = new SessionError.PersistenceError({
+              reason: `the writer of session ${JSON.stringify(id)} failed: a write failed (${written.left.message}) ` +
+                `and ${pathOfData} could not be truncated back to its last acknowledged record ` +
+                `(${undone.left.message}); reopen the session to append again`,
+              cause: undone.left
+            })
+            yield* Effect.logError(state.failed.reason)
+          }
+          yield* rejectAll(accepted, error)
+        }).pipe(
+          // A defect here is a bug; its callers see it rather than wait forever.
+          Effect.catchAllCause((cause) =>
+            Effect.forEach(batch, (request) => Deferred.failCause(request.done, cause), { discard: true })
+          )
+        )
+
+      // Finalizers run in reverse: refuse new appends, let the batch in flight finish, fail what is
+      // still queued, then (registered by the caller earlier) close the file and release the lock.
+      yield* Effect.addFinalizer(() =>
+        Queue.takeAll(queue).pipe(
+          Effect.flatMap((rest) => rejectAll(rest, conflict(id, state.nextSeq, state.nextSeq))),
+          Effect.zipRight(Queue.shutdown(queue))
+        )
+      )
+      yield* Effect.uninterruptibleMask((restore) =>
+        restore(Queue.takeBetween(queue, 1, Number.POSITIVE_INFINITY)).pipe(
+          Effect.flatMap((batch) => batchPermit.withPermits(1)(writeBatch(batch)))
+        )
+      ).pipe(Effect.forever, Effect.forkScoped)
+      yield* Effect.addFinalizer(() => Effect.sync(() => (state.isClosed = true)))
+
+      const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
+        Effect.withFiberRuntime((fiber) => {
+          if (state.failed !== undefined) return Effect.fail(state.failed)
+          if (state.isClosed) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
+          // Checked and queued in one synchronous step, so a closing writer never strands a request.
+          const done = Deferred.unsafeMake<void, WriteError>(fiber.id())
+          queue.unsafeOffer({ events, done })
+          return Deferred.await(done)
+        })
+
+      const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
+        ? batchPermit.withPermits(1)(Effect.suspend(() => {
+          if (state.isClosed) return Effect.void
+          state.isClosed = true
+          return fs.remove(pathOfData).pipe(
+            Effect.catchIf(fileLock.isNotFound, () => Effect.void),
+            Effect.mapError(fileLock.persistenceError(`discarding ${pathOfData}`)),
+            Effect.zipRight(fileLock.release(lockContext, id, owner))
+          )
+        })).pipe(Effect.withSpan("FileSessionPersistence.discard"))
+        : Effect.fail(
+          new SessionError.PersistenceError({
+            reason: `discard of ${JSON.stringify(id)}: only the writer returned by create may discard its session`
+          })
+        )
+
+      return {
+        append,
+        nextSeq: Effect.sync(() => state.nextSeq),
+        discard
+      } satisfies SessionWriter
+    })
+
+    const exists = Effect.fn("FileSessionPersistence.exists")(function*(id: SessionId) {
+      yield* assertSessionId(id)
+      const file = dataPath(id)
+      return yield* fs.exists(file).pipe(Effect.mapError(fileLock.persistenceError(`checking ${file}`)))
+    })
+
+    const create = Effect.fn("FileSessionPersistence.create")(function*(header: SessionHeader) {
+      const id = header.id
+      yield* assertSessionId(id)
+      if (Either.isLeft(storedHeader(header))) {
+        return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
+      }
+      return yield* inWriterScope(Effect.gen(function*() {
+        yield* makeDirectory
+        const owner = yield* lock(id)
+        const file = dataPath(id)
+        const handle = yield* fs.open(file, { flag: "wx" }).pipe(
+          Effect.catchIf(fileLock.isAlreadyExists, () => new SessionError.SessionAlreadyExists({ id })),
+          Effect.mapError((error) =>
+            error._tag === "SessionAlreadyExists" ? error : fileLock.persistenceError(`creating ${file}`)(error)
+          )
+        )
+        const bytes = encode(headerLine(header))
+        yield* handle.writeAll(bytes).pipe(
+          Effect.zipRight(durability === "fsync" ? Effect.zipRight(handle.sync, syncDirectory) : Effect.void),
+          Effect.mapError(fileLock.persistenceError(`writing the header of ${file}`)),
+          // We hold the lock, so the half-created file is ours to remove: the id stays free.
+          Effect.onError(() => Effect.ignore(fs.remove(file)))
+        )
+        return yield* makeWriter(id, handle, owner, { offset: bytes.length, nextSeq: 0 }, true)
+      }))
+    })
+
+    const openWrite = Effect.fn("FileSessionPersistence.openWrite")(function*(id: SessionId) {
+      yield* assertSessionId(id)
+      const file = dataPath(id)
+      // Spares a missing id the lock (and a missing directory its error); the read below is the
+      // authoritative check.
+      if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
+      return yield* inWriterScope(Effect.gen(function*() {
+        const owner = yield* lock(id)
+        const log = yield* readLog(id)
+        const handle = yield* fs.open(file, { flag: "r+" }).pipe(
+          Effect.mapError(fileLock.persistenceError(`opening ${file}`))
+        )
+        if (log.tornTailDropped > 0) {
+          yield* handle.truncate(log.validBytes).pipe(
+            Effect.zipRight(durability === "fsync" ? handle.sync : Effect.void),
+            Effect.mapError(fileLock.persistenceError(`truncating the torn tail of ${file}`))
+          )
+          yield* Effect.logWarning(
+            `effect-agent: session ${JSON.stringify(id)} ended with ${log.tornTailDropped} torn record ` +
+              `(an interrupted write); it was dropped and ${file} truncated to ${log.validBytes} bytes`
+          )
+        }
+        const start = { offset: log.validBytes, nextSeq: log.events.length }
+        const writer = yield* makeWriter(id, handle, owner, start, false)
+        const stored: StoredSession = {
+          header: log.header,
+          events: log.events,
+          tornTailDropped: log.tornTailDropped
+        }
+        return { writer, stored }
+      }))
+    })
+
+    const read = Effect.fn("FileSessionPersistence.read")(function*(id: SessionId) {
+      const log = yield* readLog(id)
+      return { header: log.header, events: log.events, tornTailDropped: log.tornTailDropped } satisfies StoredSession
+    })
+
+    const summary = (id: SessionId): Effect.Effect<Option.Option<SessionSummary>, SessionError.PersistenceError> =>
+      Effect.gen(function*() {
+        const file = dataPath(id)
+        const info = yield* fs.stat(file).pipe(Effect.option)
+        if (Option.isNone(info)) return Option.none()
+        const log = yield* readLog(id).pipe(Effect.either)
+        if (Either.isLeft(log)) {
+          const error = log.left
+          if (error._tag === "PersistenceError") return yield* error
+          if (error._tag !== "SessionNotFound") {
+            yield* Effect.logWarning(`effect-agent: listing skips ${file}: ${error.message}`)
+          }
+          return Option.none()
+        }
+        return Option.some({
+          id,
+          header: log.right.header,
+          eventCount: log.right.events.length,
+          updatedAt: Option.match(info.value.mtime, {
+            onNone: () => log.right.header.createdAt,
+            onSome: (mtime) => mtime.getTime()
+          })
+        })
+      })
+
+    const list: Stream.Stream<SessionSummary, SessionError.PersistenceError> = Stream.unwrap(
+      fs.readDirectory(directory).pipe(
+        Effect.catchIf(fileLock.isNotFound, () => Effect.succeed<Array<string>>([])),
+        Effect.mapError(fileLock.persistenceError(`listing ${directory}`)),
+        Effect.map((names) => {
+          const ids: Array<SessionId> = []
+          for (const name of names) {
+            if (!name.endsWith(".jsonl")) continue
+            const id = sessionId(name.slice(0, -".jsonl".length))
+            if (Either.isRight(id)) ids.push(id.right)
+          }
+          ids.sort()
+          return Stream.fromIterable(ids).pipe(Stream.mapEffect(summary), Stream.filterMap((entry) => entry))
+        })
+      )
+    ).pipe(Stream.withSpan("FileSessionPersistence.list"))
+
+    const remove = Effect.fn("FileSessionPersistence.remove")(function*(id: SessionId) {
+      if (!(yield* exists(id))) return
+      const file = dataPath(id)
+      // Holding the lock while deleting refuses a session that has a writer, and keeps one from
+      // opening it halfway through.
+      yield* Effect.scoped(Effect.zipRight(
+        lock(id),
+        fs.remove(file).pipe(
+          Effect.catchIf(fileLock.isNotFound, () => Effect.void),
+          Effect.mapError(fileLock.persistenceError(`removing ${file}`))
+        )
+      ))
+    })
+
+    return SessionPersistence.of({ create, openWrite, read, list, exists, remove })
+  })
+
+/**
+ * File persistence over `@effect/platform`'s `FileSystem` (PERS-05). Fails at build if the
+ * directory cannot be created.
+ *
+ * - PERS-01: one writer per session across processes, through `<id>.lock`; a second writer fails
+ *   `SessionLocked` at once. A lock of this host whose process is gone is taken over (with a
+ *   warning); a lock of another host is never guessed stale — see {@link breakLock}.
+ * - PERS-03: `openWrite` drops a torn last record and truncates it on disk (warning,
+ *   `tornTailDropped`); any other bad record fails `SessionCorrupt` and changes nothing.
+ * - PERS-04: with `durability: "fsync"` (default) an append resolves once synced; appends queued
+ *   while a write is in flight share the next write and sync.
+ *
+ * @example
+ * ```ts
+ * import { NodeContext } from "@effect/platform-node"
+ * import { Layer } from "effect"
+ * import * as FileSessionPersistence from "effect-agent/FileSessionPersistence"
+ *
+ * const PersistenceLive = FileSessionPersistence.layer({ directory: "./sessions" }).pipe(
+ *   Layer.provide(NodeContext.layer)
+ * )
+ * ```
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (
+  options: Options
+): Layer.Layer<SessionPersistence, SessionError.PersistenceError, FileSystem.FileSystem | Path.Path> =>
+  Layer.effect(SessionPersistence, make(options))
+
+/**
+ * {@link layer} on Node's file system.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerNode = (options: Options): Layer.Layer<SessionPersistence, SessionError.PersistenceError> =>
+  layer(options).pipe(Layer.provide(NodeContext.layer))
+
+/**
+ * Removes the lock of session `id` in `directory`, whoever holds it (and any leftovers of an
+ * interrupted takeover), with a warning naming the holder. For operators only: use it when the
+ * holder is known to be gone — for example a lock left by a process of another host, which is
+ * never guessed stale. Breaking the lock of a live writer lets two writers corrupt the log.
+ *
+ * @since 0.1.0
+ * @category locks
+ */
+export const breakLock = Effect.fn("FileSessionPersistence.breakLock")(function*(
+  id: SessionId,
+  options: { readonly directory: string }
+) {
+  yield* assertSessionId(id)
+  const fs = yield* FileSystem.FileSystem
+  const path = yield* Path.Path
+  yield* fileLock.breakLock({ fs, path, directory: path.resolve(options.directory) }, id)
+})

@@ -1,0 +1,279 @@
+/**
+ * Tools (TOOL-01..03) and loop hooks: definitions, per-agent registries (scoped to the agent) and
+ * the global registries provided by a layer.
+ *
+ * @since 0.1.0
+ */
+import type { Either, Scope } from "effect"
+import { Context, Effect, Layer } from "effect"
+import type { Schema } from "effect"
+import type { Agent } from "./Agent.js"
+import type { AgentInactive, DuplicateTool, ModelError } from "./AgentError.js"
+import * as hooks from "./internal/hooks.js"
+import * as tools from "./internal/tools.js"
+import type { ContentPart, UserMessage } from "./Message.js"
+import type { ToolSchema } from "./Model.js"
+
+/**
+ * What a tool returns. `concludesTurn` ends the turn after this step unless next-step input is
+ * pending.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ToolResult {
+  readonly content: ReadonlyArray<ContentPart>
+  readonly isError?: boolean | undefined
+  readonly concludesTurn?: boolean | undefined
+}
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface ToolContext {
+  readonly agent: Agent
+  readonly turn: number
+  readonly step: number
+  readonly callId: string
+}
+
+/**
+ * A tool: a name, a description, a Schema for its parameters, how it runs beside others
+ * (`parallel` tools run concurrently; an `exclusive` one is a barrier) and its body.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Tool<Fields extends Schema.Struct.Fields, E = never, R = never> {
+  readonly name: string
+  readonly description: string
+  readonly parameters: Schema.Struct<Fields>
+  readonly mode: "parallel" | "exclusive"
+  readonly run: (args: Schema.Struct.Type<Fields>, context: ToolContext) => Effect.Effect<ToolResult, E, R>
+}
+
+/**
+ * Any tool, with its requirements already provided.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Any {
+  readonly name: string
+  readonly description: string
+  readonly parameters: Schema.Struct<any>
+  readonly mode: "parallel" | "exclusive"
+  readonly run: (args: any, context: ToolContext) => Effect.Effect<ToolResult, unknown>
+}
+
+/**
+ * Defines a tool.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = <Fields extends Schema.Struct.Fields, E = never, R = never>(options: {
+  readonly name: string
+  readonly description: string
+  readonly parameters: Schema.Struct<Fields>
+  readonly mode?: "parallel" | "exclusive" | undefined
+  readonly run: (args: Schema.Struct.Type<Fields>, context: ToolContext) => Effect.Effect<ToolResult, E, R>
+}): Tool<Fields, E, R> => ({
+  name: options.name,
+  description: options.description,
+  parameters: options.parameters,
+  mode: options.mode ?? "parallel",
+  run: options.run
+})
+
+/**
+ * A text result.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const text = (
+  value: string,
+  options?: { readonly isError?: boolean | undefined; readonly concludesTurn?: boolean | undefined }
+): ToolResult => ({
+  content: [{ type: "text", text: value }],
+  ...(options?.isError !== undefined ? { isError: options.isError } : {}),
+  ...(options?.concludesTurn !== undefined ? { concludesTurn: options.concludesTurn } : {})
+})
+
+/**
+ * A tool as the model sees it: `jsonSchema` is `JSONSchema.make(tool.parameters)` as plain frozen
+ * JSON without `$schema` (a tool without parameters gets `{type: "object", properties: {},
+ * required: []}`). Memoized per parameters schema, so a request's JSON form is stable.
+ *
+ * @since 0.1.0
+ * @category schema
+ */
+export const toSchema: (tool: Any) => ToolSchema = tools.toSchema
+
+/**
+ * Decodes a tool call's raw argument text with the tool's Schema (TOOL-01). On failure (not JSON,
+ * or not matching the parameters) the left is the error text the model sees in the tool's error
+ * result. Empty argument text counts as `{}`; excess properties are ignored.
+ *
+ * @example
+ * ```ts
+ * import { Effect, Either, Schema } from "effect"
+ * import * as Tool from "effect-agent/Tool"
+ *
+ * const read = Tool.make({
+ *   name: "read",
+ *   description: "Reads a file",
+ *   parameters: Schema.Struct({ path: Schema.String }),
+ *   run: ({ path }) => Effect.succeed(Tool.text(path))
+ * })
+ * const args = Tool.decodeArguments(read, "{\"path\":\"a.txt\"}")
+ * if (Either.isRight(args)) args.right.path
+ * ```
+ *
+ * @since 0.1.0
+ * @category schema
+ */
+export const decodeArguments: <Fields extends Schema.Struct.Fields>(
+  tool: { readonly name: string; readonly parameters: Schema.Struct<Fields> },
+  raw: string
+) => Either.Either<Schema.Struct.Type<Fields>, string> = tools.decodeArguments
+
+/**
+ * Registered tools. The per-agent registry (`agent.tools`) fails `AgentInactive` once the agent's
+ * teardown began; the global one (the `ToolRegistry` tag) never does.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ToolRegistryShape {
+  /** Registers a tool until the Scope closes. Names are unique per registry. */
+  readonly register: <F extends Schema.Struct.Fields, E, R>(
+    tool: Tool<F, E, R>
+  ) => Effect.Effect<void, DuplicateTool | AgentInactive, Scope.Scope | R>
+  /** Tools in registration order. */
+  readonly list: Effect.Effect<ReadonlyArray<Any>>
+}
+
+/**
+ * The global tool registry: tools every agent has (an agent's own tools shadow global ones of the
+ * same name).
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class ToolRegistry extends Context.Tag("effect-agent/ToolRegistry")<ToolRegistry, ToolRegistryShape>() {}
+
+/**
+ * An empty global tool registry.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerGlobal: Layer.Layer<ToolRegistry> = Layer.sync(
+  ToolRegistry,
+  () => tools.makeToolRegistry({ isActive: undefined })
+)
+
+/**
+ * A global tool registry holding `tools` (in this order) for the layer's lifetime. Two tools with
+ * the same name fail the layer with `DuplicateTool`.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerGlobalWith = (initial: ReadonlyArray<Any>): Layer.Layer<ToolRegistry, DuplicateTool> =>
+  Layer.scoped(
+    ToolRegistry,
+    Effect.gen(function*() {
+      const registry = tools.makeToolRegistry({ isActive: undefined })
+      for (const tool of initial) {
+        // The global registry has no owner to become inactive.
+        yield* registry.register(tool).pipe(Effect.catchTag("AgentInactive", Effect.die))
+      }
+      return registry
+    })
+  )
+
+/**
+ * What a step looks like to a hook.
+ *
+ * @since 0.1.0
+ * @category hooks
+ */
+export interface StepInfo {
+  readonly agent: Agent
+  readonly turn: number
+  readonly step: number
+}
+
+/**
+ * Where a request goes.
+ *
+ * @since 0.1.0
+ * @category hooks
+ */
+export interface Route {
+  readonly provider: string
+  readonly model: string
+  readonly maxTokens?: number | undefined
+  readonly system?: string | undefined
+}
+
+/**
+ * What a `preStep` hook decides about the batch about to enter a step.
+ *
+ * @since 0.1.0
+ * @category hooks
+ */
+export type PreStepDecision =
+  | { readonly kind: "enter"; readonly messages: ReadonlyArray<UserMessage> }
+  | { readonly kind: "reject"; readonly reason: string }
+
+/**
+ * The loop's hooks. Global hooks run first, then the agent's, each in registration order. A
+ * failing hook ends the turn `error`.
+ *
+ * @since 0.1.0
+ * @category hooks
+ */
+export interface LoopHooksShape {
+  /** Waterfall over the batch about to enter a step. */
+  readonly preStep: (
+    f: (info: StepInfo & { readonly messages: ReadonlyArray<UserMessage> }) => Effect.Effect<PreStepDecision, unknown>
+  ) => Effect.Effect<void, AgentInactive, Scope.Scope>
+  /** Waterfall over the route of a request; a change is persisted as `request/config`. */
+  readonly request: (
+    f: (info: StepInfo & { readonly route: Route }) => Effect.Effect<Route, unknown>
+  ) => Effect.Effect<void, AgentInactive, Scope.Scope>
+  /** Decides whether a failed request is retried within the step (capped by `maxRequestRetries`). */
+  readonly requestError: (
+    f: (info: StepInfo & { readonly error: ModelError; readonly attempt: number }) => Effect.Effect<"retry" | "fail", unknown>
+  ) => Effect.Effect<void, AgentInactive, Scope.Scope>
+  /** Runs serially when a turn is about to stop; may steer to continue it. */
+  readonly turnStopping: (
+    f: (info: { readonly agent: Agent; readonly turn: number }) => Effect.Effect<void, unknown>
+  ) => Effect.Effect<void, AgentInactive, Scope.Scope>
+}
+
+/**
+ * The global loop hooks.
+ *
+ * @since 0.1.0
+ * @category services
+ */
+export class LoopHooks extends Context.Tag("effect-agent/LoopHooks")<LoopHooks, LoopHooksShape>() {}
+
+
+/**
+ * The global loop hooks, initially none. Registrations last until the registering Scope closes
+ * and never fail.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerGlobalHooks: Layer.Layer<LoopHooks> = Layer.sync(
+  LoopHooks,
+  () => hooks.makeLoopHooks({ isActive: undefined })
+)

@@ -1,0 +1,90 @@
+/**
+ * effect-agent: a durable, observable agent runtime core for Effect applications.
+ *
+ * @since 0.1.0
+ */
+
+/**
+ * @since 0.1.0
+ */
+export * as Agent from "./Agent.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as AgentError from "./AgentError.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as AgentEvent from "./AgentEvent.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as AgentLoop from "./AgentLoop.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as AgentRegistry from "./AgentRegistry.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as AgentRuntime from "./AgentRuntime.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as FileSessionPersistence from "./FileSessionPersistence.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as Inbox from "./Inbox.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as Message from "./Message.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as Model from "./Model.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as Repair from "./Repair.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as Session from "./Session.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as SessionError from "./SessionError.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as SessionEvent from "./SessionEvent.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as SessionPersistence from "./SessionPersistence.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as SessionStore from "./SessionStore.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as Tool from "./Tool.js"

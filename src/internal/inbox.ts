@@ -1,0 +1,632 @@
+/**
+ * The Inbox implementation (SPEC §5): two ring-buffer deques, an index of every `MessageId` this
+ * session accepted, and one lock under which each mutation computes its splice, appends it as one
+ * writer batch and applies it. The live path and the replay share one validating fold
+ * (`Projection.applyEvent`), so the live projection is the replay of its own log by construction.
+ *
+ * @internal
+ */
+import { Data, Effect, Option, Schema, Stream } from "effect"
+import type { Array as Arr, Scope } from "effect"
+import * as AgentError from "../AgentError.js"
+import type { Inbox, InboxChange } from "../Inbox.js"
+import type { MessageId } from "../Message.js"
+import { UserMessage } from "../Message.js"
+import type { Session } from "../Session.js"
+import * as SessionError from "../SessionError.js"
+import type { CoreEvent, CoreEventInput, InboxTarget, SessionEvent } from "../SessionEvent.js"
+import * as Feed from "./feed.js"
+import { snapshot } from "./json.js"
+import { core } from "./session.js"
+
+// Built here rather than imported as a value from ../Inbox.js, which imports this module.
+const Change = Data.taggedEnum<InboxChange>()
+
+/**
+ * Where an accepted `MessageId` stands (INB-01).
+ *
+ * @internal
+ */
+export type InboxState = "pending" | "entered" | "canceled" | "rejected"
+
+/**
+ * A settled id. `claimed` is removed by a claim splice whose `user/message` is not (yet) in the
+ * log: only a log torn inside a claim batch shows it (REP-02); outside the inbox it reads `entered`.
+ */
+type Settled = "claimed" | "entered" | "canceled" | "rejected"
+
+type SpliceData = Extract<CoreEvent, { readonly type: "agent/inbox/spliced" }>["data"]
+type SpliceInput = Extract<CoreEventInput, { readonly type: "agent/inbox/spliced" }>
+
+/** Both lists in the order every multi-list operation visits them (INB-03: next-step first). */
+const targets: ReadonlyArray<InboxTarget> = ["next-step", "next-turn"]
+
+/**
+ * A growable ring buffer: O(1) push, unshift, removal at either end and indexed access (B8); a
+ * splice in the middle rebuilds it (remove/replace by id are O(n) anyway: they search).
+ *
+ * @internal
+ */
+export class Deque<A> {
+  private buffer: Array<A | undefined> = new Array(8)
+  private head = 0
+  length = 0
+  /** Bumped on every change, so snapshots can be cached until the next one. */
+  version = 0
+
+  at(index: number): A {
+    return this.buffer[(this.head + index) & (this.buffer.length - 1)] as A
+  }
+
+  toArray(): Array<A> {
+    const out: Array<A> = new Array(this.length)
+    for (let i = 0; i < this.length; i++) out[i] = this.at(i)
+    return out
+  }
+
+  splice(start: number, deleteCount: number, inserted: ReadonlyArray<A>): void {
+    this.version++
+    if (deleteCount === inserted.length) {
+      for (let i = 0; i < deleteCount; i++) this.set(start + i, inserted[i]!)
+    } else if (start === 0) {
+      for (let i = 0; i < deleteCount; i++) this.shift()
+      for (let i = inserted.length - 1; i >= 0; i--) this.unshift(inserted[i]!)
+    } else if (start + deleteCount === this.length) {
+      for (let i = 0; i < deleteCount; i++) this.pop()
+      for (const item of inserted) this.push(item)
+    } else {
+      const all = this.toArray()
+      all.splice(start, deleteCount, ...inserted)
+      this.buffer = new Array(8)
+      this.head = 0
+      this.length = 0
+      for (const item of all) this.push(item)
+    }
+  }
+
+  private set(index: number, item: A): void {
+    this.buffer[(this.head + index) & (this.buffer.length - 1)] = item
+  }
+
+  private reserve(): void {
+    if (this.length < this.buffer.length) return
+    const next: Array<A | undefined> = new Array(this.buffer.length * 2)
+    for (let i = 0; i < this.length; i++) next[i] = this.at(i)
+    this.buffer = next
+    this.head = 0
+  }
+
+  private push(item: A): void {
+    this.reserve()
+    this.set(this.length, item)
+    this.length++
+  }
+
+  private unshift(item: A): void {
+    this.reserve()
+    this.head = (this.head - 1) & (this.buffer.length - 1)
+    this.buffer[this.head] = item
+    this.length++
+  }
+
+  private shift(): void {
+    this.buffer[this.head] = undefined
+    this.head = (this.head + 1) & (this.buffer.length - 1)
+    this.length--
+  }
+
+  private pop(): void {
+    this.length--
+    this.set(this.length, undefined as A)
+  }
+}
+
+/**
+ * The inbox as a pure fold over a log: both lists and the id index. `applyEvent` validates an event
+ * completely before changing anything, and is used for replay (INB-05) and for every live batch.
+ *
+ * @internal
+ */
+export class Projection {
+  readonly lists: Readonly<Record<InboxTarget, Deque<UserMessage>>> = {
+    "next-turn": new Deque<UserMessage>(),
+    "next-step": new Deque<UserMessage>()
+  }
+  private readonly pendingIn = new Map<string, InboxTarget>()
+  private readonly settled = new Map<string, Settled>()
+
+  /** Where an id stands; a claimed id whose `user/message` is missing reads `entered`. */
+  stateOf(id: string): InboxState | undefined {
+    if (this.pendingIn.has(id)) return "pending"
+    const settled = this.settled.get(id)
+    return settled === "claimed" ? "entered" : settled
+  }
+
+  targetOf(id: string): InboxTarget | undefined {
+    return this.pendingIn.get(id)
+  }
+
+  /** The position of a pending id in its list (searched from the front: claims take the front). */
+  indexOf(target: InboxTarget, id: string): number {
+    const list = this.lists[target]
+    for (let i = 0; i < list.length; i++) if (list.at(i).id === id) return i
+    return -1
+  }
+
+  /** Validates and applies one event; returns why it does not apply (then nothing changed). */
+  applyEvent(event: SessionEvent): string | undefined {
+    if (event.type === "agent/inbox/spliced") return this.applySplice(event.data as SpliceData)
+    if (event.type === "user/message") {
+      return this.applyEntered((event.data as { readonly message: UserMessage }).message.id)
+    }
+    return undefined
+  }
+
+  private applyEntered(id: MessageId): string | undefined {
+    if (this.pendingIn.has(id)) return `message ${JSON.stringify(id)} entered a step while still pending`
+    const settled = this.settled.get(id)
+    if (settled !== undefined && settled !== "claimed") {
+      return `message ${JSON.stringify(id)} entered a step after it was ${settled}`
+    }
+    this.settled.set(id, "entered")
+    return undefined
+  }
+
+  private applySplice(data: SpliceData): string | undefined {
+    const list = this.lists[data.target]
+    const { inserted, outcome, removed, start } = data
+    if (start > list.length) return `start ${start} is beyond the end of ${data.target} (length ${list.length})`
+    if (start + removed.length > list.length) {
+      return `removing ${removed.length} from ${start} runs past the end of ${data.target} (length ${list.length})`
+    }
+    for (let i = 0; i < removed.length; i++) {
+      const found = list.at(start + i).id
+      if (found !== removed[i]) {
+        return `removed[${i}] is ${JSON.stringify(removed[i])} but ${data.target}[${start + i}] is ${
+          JSON.stringify(found)
+        }`
+      }
+    }
+    if (outcome === "restored" && removed.length > 0) return "a restored splice removes nothing"
+    const removedIds = new Set<string>(removed)
+    const insertedIds = new Set<string>()
+    for (const message of inserted) {
+      const id = message.id
+      if (insertedIds.has(id)) return `message ${JSON.stringify(id)} is inserted twice`
+      insertedIds.add(id)
+      if (removedIds.has(id)) return `message ${JSON.stringify(id)} is removed and re-inserted by one splice`
+      if (this.pendingIn.has(id)) return `message ${JSON.stringify(id)} is already pending`
+      const settled = this.settled.get(id)
+      // A crash restore puts back what a torn claim batch removed before it entered (REP-02).
+      if (settled !== undefined && !(outcome === "restored" && settled === "claimed")) {
+        return `message ${JSON.stringify(id)} was already accepted (${settled === "claimed" ? "entered" : settled})`
+      }
+    }
+    list.splice(start, removed.length, inserted)
+    const removedAs: Settled = outcome === "canceled" || outcome === "rejected" ? outcome : "claimed"
+    for (const id of removed) {
+      this.pendingIn.delete(id)
+      this.settled.set(id, removedAs)
+    }
+    for (const message of inserted) {
+      this.settled.delete(message.id)
+      this.pendingIn.set(message.id, data.target)
+    }
+    return undefined
+  }
+}
+
+const strict = { onExcessProperty: "error", errors: "first" } as const
+const decodeUserMessage = Schema.decodeUnknownEither(UserMessage, strict)
+
+/**
+ * Validates a message given to the inbox (schema, strictly, and lossless JSON: EVT-03) and returns
+ * its deep-frozen copy, so later changes to the caller's object never reach the inbox or the log.
+ *
+ * @internal
+ */
+export const validateMessage = (message: unknown): Effect.Effect<UserMessage, SessionError.InvalidEventData> => {
+  const copy = snapshot(message)
+  if (copy._tag === "Left") {
+    return Effect.fail(
+      new SessionError.InvalidEventData({
+        type: "agent/inbox/spliced",
+        reason: `message at ${copy.problem.path}: ${copy.problem.reason}`
+      })
+    )
+  }
+  const decoded = decodeUserMessage(copy.value)
+  if (decoded._tag === "Left") {
+    return Effect.fail(
+      new SessionError.InvalidEventData({
+        type: "agent/inbox/spliced",
+        reason: "not a user message: " + String(decoded.left.message)
+      })
+    )
+  }
+  return Effect.succeed(copy.value as unknown as UserMessage)
+}
+
+/** The notifications of one committed splice: `Discarded` before `Inserted` (INB-02). */
+const changesOf = (data: SpliceData, out: Array<InboxChange>): void => {
+  if (data.removed.length > 0 && (data.outcome === "canceled" || data.outcome === "rejected")) {
+    out.push(Change.Discarded({ target: data.target, ids: data.removed, outcome: data.outcome }))
+  }
+  if (data.inserted.length > 0) {
+    out.push(Change.Inserted({ target: data.target, start: data.start, messages: data.inserted }))
+  }
+}
+
+/**
+ * What the driver passes to `claim` (INB-06, INB-07).
+ *
+ * @internal
+ */
+export interface ClaimOptions {
+  /** The turn the batch enters (its `step/start` and `user/message`s carry it). */
+  readonly turn: number
+  readonly step: number
+  /** The ids `peek` proposed; re-resolved under the lock. */
+  readonly peeked: ReadonlyArray<MessageId>
+  /** What enters the step: the peeked batch, or what a `preStep` hook replaced it with. */
+  readonly entering: ReadonlyArray<UserMessage>
+  /** Read under the lock; `false` (e.g. the activity's cancel cause is set) writes nothing. */
+  readonly guard: () => boolean
+  /** Core events written in the same batch, before the splices (e.g. `turn/start`). */
+  readonly extraBefore?: ReadonlyArray<CoreEventInput> | undefined
+}
+
+/**
+ * What a claim wrote: the messages that entered and every event of its batch.
+ *
+ * @internal
+ */
+export interface ClaimResult {
+  readonly entered: ReadonlyArray<UserMessage>
+  readonly events: ReadonlyArray<SessionEvent>
+}
+
+/**
+ * The inbox with the capabilities only the driver uses.
+ *
+ * @internal
+ */
+export interface InboxInternal extends Inbox {
+  /**
+   * Inserts like `append`/`prepend`; `extra()` is evaluated under the lock after validation and its
+   * events go in the same writer batch, right after the splice (DLV-03: splice + `turn/start`).
+   */
+  readonly insert: (
+    target: InboxTarget,
+    message: UserMessage,
+    position: "end" | "front",
+    extra?: (() => ReadonlyArray<CoreEventInput>) | undefined
+  ) => Effect.Effect<void, InsertError>
+  /** The batch a claim would take now (INB-06): at a turn boundary all next-step then at most one next-turn. */
+  readonly peek: (boundary: "turn" | "step") => Effect.Effect<ReadonlyArray<UserMessage>>
+  /** Claims a peeked batch at step entry (INB-06, INB-07); `None` when `guard()` was false. */
+  readonly claim: (options: ClaimOptions) => Effect.Effect<Option.Option<ClaimResult>, SessionError.SessionAppendError>
+  /**
+   * Removes the still-pending ids with `outcome:"rejected"` in one batch (a `preStep` reject) and
+   * returns them; nothing is written when none is pending or `guard()` is false.
+   */
+  readonly reject: (
+    ids: ReadonlyArray<MessageId>,
+    options?: { readonly guard?: (() => boolean) | undefined } | undefined
+  ) => Effect.Effect<ReadonlyArray<MessageId>, SessionError.SessionAppendError>
+  /** Where an id stands (plain read, safe under any lock). */
+  readonly stateOf: (id: string) => InboxState | undefined
+  /** Pending counts (plain read). */
+  readonly sizes: () => { readonly nextTurn: number; readonly nextStep: number }
+  /** `clear`: cancels everything pending (used by `cancel`). */
+  readonly clearCanceled: Effect.Effect<void, SessionError.SessionAppendError>
+  /** Runs `effect` holding the inbox lock; it must not call inbox operations (the lock is not re-entrant). */
+  readonly withLock: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+  /** The eager form of `changes`: subscribed before it returns. */
+  readonly subscribe: Effect.Effect<Stream.Stream<InboxChange>, never, Scope.Scope>
+  /** Ends `changes` streams (after what was published). */
+  readonly end: Effect.Effect<void>
+}
+
+/**
+ * The inbox options.
+ *
+ * @internal
+ */
+export interface InboxOptions {
+  /** Called with every change, in order, while the inbox lock is held (for causal publication). */
+  readonly onChange?: ((change: InboxChange) => Effect.Effect<void>) | undefined
+}
+
+type Removal = "claim" | "canceled" | "rejected"
+
+type InsertError = AgentError.DuplicateMessage | SessionError.SessionAppendError
+
+/**
+ * Builds the inbox of a session by replaying its events after `header.seedLength` (INB-05).
+ *
+ * @internal
+ */
+export const make = (
+  session: Session,
+  options?: InboxOptions | undefined
+): Effect.Effect<InboxInternal, AgentError.InvalidInboxLog> =>
+  Effect.gen(function*() {
+    const sessionCore = core(session)
+    const projection = new Projection()
+    const log = sessionCore.log()
+    const end = log.length
+    const from = Math.min(session.header.seedLength, end)
+    yield* Stream.fromIterable(range(log, from, end)).pipe(
+      Stream.runForEachChunk((chunk) =>
+        Effect.suspend(() => {
+          for (const event of chunk) {
+            const reason = projection.applyEvent(event)
+            if (reason !== undefined) {
+              return Effect.fail(new AgentError.InvalidInboxLog({ id: session.id, seq: event.seq, reason }))
+            }
+          }
+          return Effect.void
+        })
+      )
+    )
+
+    const feed = yield* Feed.make<InboxChange>()
+    const lock = yield* Effect.makeSemaphore(1)
+    const onChange = options?.onChange
+    const { lists } = projection
+
+    // Validate → durable splice → lists changed → notifications, all under the lock; uninterruptible
+    // once the lock is held so a write can never be durable without its in-memory change (INB-01b, INB-02).
+    const locked = <A, E>(body: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+      lock.withPermits(1)(Effect.uninterruptible(body))
+
+    const publish = (changes: ReadonlyArray<InboxChange>): Effect.Effect<void> =>
+      Effect.forEach(changes, (change) =>
+        onChange === undefined
+          ? feed.publish(change)
+          : Effect.zipRight(feed.publish(change), onChange(change)), { discard: true })
+
+    const commit = (
+      events: Arr.NonEmptyReadonlyArray<CoreEventInput>,
+      claimed?: { readonly turn: number; readonly messages: ReadonlyArray<UserMessage> } | undefined
+    ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> =>
+      Effect.flatMap(sessionCore.appendCore(events), (written) => {
+        const changes: Array<InboxChange> = []
+        for (const event of written) {
+          const reason = projection.applyEvent(event)
+          if (reason !== undefined) return Effect.dieMessage(`bug: the inbox wrote an invalid event: ${reason}`)
+          if (event.type === "agent/inbox/spliced") changesOf(event.data as SpliceData, changes)
+        }
+        if (claimed !== undefined) changes.push(Change.Claimed(claimed))
+        return Effect.as(publish(changes), written)
+      })
+
+    // Removal splices for a set of pending ids: next-step first, each one contiguous run of one kind,
+    // ascending, `start` relative to the list after the previous splices of the batch.
+    const removalSplices = (kinds: ReadonlyMap<string, Removal>): Array<SpliceInput> => {
+      const out: Array<SpliceInput> = []
+      for (const target of targets) {
+        let wanted = 0
+        for (const id of kinds.keys()) if (projection.targetOf(id) === target) wanted++
+        const list = lists[target]
+        let removedSoFar = 0
+        let run: { start: number; kind: Removal; ids: Array<MessageId> } | undefined
+        const flush = () => {
+          if (run === undefined) return
+          out.push({
+            type: "agent/inbox/spliced",
+            data: {
+              target,
+              start: run.start - removedSoFar,
+              removed: run.ids,
+              inserted: [],
+              ...(run.kind === "claim" ? {} : { outcome: run.kind })
+            }
+          })
+          removedSoFar += run.ids.length
+          run = undefined
+        }
+        for (let i = 0; i < list.length && wanted > 0; i++) {
+          const id = list.at(i).id
+          const kind = kinds.get(id)
+          if (kind === undefined) {
+            flush()
+            continue
+          }
+          wanted--
+          if (run !== undefined && run.kind === kind) run.ids.push(id)
+          else {
+            flush()
+            run = { start: i, kind, ids: [id] }
+          }
+        }
+        flush()
+      }
+      return out
+    }
+
+    const duplicate = (id: MessageId): AgentError.DuplicateMessage | undefined => {
+      const state = projection.stateOf(id)
+      return state === undefined ? undefined : new AgentError.DuplicateMessage({ id, state })
+    }
+
+    const insert = Effect.fnUntraced(function*(
+      target: InboxTarget,
+      message: UserMessage,
+      position: "end" | "front",
+      extra?: (() => ReadonlyArray<CoreEventInput>) | undefined
+    ) {
+      const checked = yield* validateMessage(message)
+      yield* locked(Effect.suspend((): Effect.Effect<unknown, InsertError> => {
+        const existing = duplicate(checked.id)
+        if (existing !== undefined) return Effect.fail(existing)
+        const splice: SpliceInput = {
+          type: "agent/inbox/spliced",
+          data: {
+            target,
+            start: position === "end" ? lists[target].length : 0,
+            removed: [],
+            inserted: [checked]
+          }
+        }
+        return commit(extra === undefined ? [splice] : [splice, ...extra()])
+      }))
+    })
+
+    const replace = Effect.fn("Inbox.replace")(function*(id: MessageId, message: UserMessage) {
+      const checked = yield* validateMessage(message)
+      return yield* locked(Effect.suspend((): Effect.Effect<boolean, InsertError> => {
+        const target = projection.targetOf(id)
+        if (target === undefined) return Effect.succeed(false)
+        const existing = duplicate(checked.id)
+        if (existing !== undefined) return Effect.fail(existing)
+        return Effect.as(
+          commit([{
+            type: "agent/inbox/spliced",
+            data: {
+              target,
+              start: projection.indexOf(target, id),
+              removed: [id],
+              inserted: [checked],
+              outcome: "canceled"
+            }
+          }]),
+          true
+        )
+      }))
+    })
+
+    const remove = Effect.fn("Inbox.remove")(function*(id: MessageId) {
+      return yield* locked(Effect.suspend(() => {
+        const target = projection.targetOf(id)
+        if (target === undefined) return Effect.succeed(false)
+        return Effect.as(
+          commit([{
+            type: "agent/inbox/spliced",
+            data: { target, start: projection.indexOf(target, id), removed: [id], inserted: [], outcome: "canceled" }
+          }]),
+          true
+        )
+      }))
+    })
+
+    const clear: Effect.Effect<void, SessionError.SessionAppendError> = locked(Effect.suspend(() => {
+      const splices: Array<SpliceInput> = []
+      for (const target of targets) {
+        const list = lists[target]
+        if (list.length === 0) continue
+        splices.push({
+          type: "agent/inbox/spliced",
+          data: { target, start: 0, removed: list.toArray().map((m) => m.id), inserted: [], outcome: "canceled" }
+        })
+      }
+      return isNonEmpty(splices) ? Effect.asVoid(commit(splices)) : Effect.void
+    })).pipe(Effect.withSpan("Inbox.clear"))
+
+    const peek = (boundary: "turn" | "step"): Effect.Effect<ReadonlyArray<UserMessage>> =>
+      Effect.sync(() => {
+        const steps = snapshotOf("next-step")
+        if (boundary === "step" || lists["next-turn"].length === 0) return steps
+        return [...steps, lists["next-turn"].at(0)]
+      })
+
+    const claim = Effect.fnUntraced(function*(claimOptions: ClaimOptions) {
+      const entering: Array<UserMessage> = []
+      for (const message of claimOptions.entering) entering.push(yield* validateMessage(message))
+      return yield* locked(Effect.suspend(() => {
+        if (!claimOptions.guard()) return Effect.succeed(Option.none<ClaimResult>())
+        const peeked = new Set<string>(claimOptions.peeked)
+        const kinds = new Map<string, Removal>()
+        const entered: Array<UserMessage> = []
+        const seen = new Set<string>()
+        for (const message of entering) {
+          if (seen.has(message.id)) continue
+          seen.add(message.id)
+          if (peeked.has(message.id)) {
+            // Peeked and canceled (or replaced) meanwhile: it does not enter.
+            if (projection.targetOf(message.id) === undefined) continue
+            kinds.set(message.id, "claim")
+            entered.push(message)
+          } else if (projection.stateOf(message.id) === undefined) {
+            entered.push(message)
+          }
+        }
+        for (const id of peeked) {
+          if (!kinds.has(id) && projection.targetOf(id) !== undefined) kinds.set(id, "rejected")
+        }
+        const splices = removalSplices(kinds)
+        if (entered.length === 0) {
+          if (!isNonEmpty(splices)) return Effect.succeed(Option.some<ClaimResult>({ entered: [], events: [] }))
+          return Effect.map(commit(splices), (events) => Option.some<ClaimResult>({ entered: [], events }))
+        }
+        const { step, turn } = claimOptions
+        const batch: Array<CoreEventInput> = [
+          ...(claimOptions.extraBefore ?? []),
+          ...splices,
+          { type: "step/start", data: { turn, step } },
+          ...entered.map((message): CoreEventInput => ({ type: "user/message", data: { turn, step, message } }))
+        ]
+        return Effect.map(
+          commit(batch as unknown as Arr.NonEmptyReadonlyArray<CoreEventInput>, { turn, messages: entered }),
+          (events) => Option.some<ClaimResult>({ entered, events })
+        )
+      }))
+    })
+
+    const reject = (
+      ids: ReadonlyArray<MessageId>,
+      rejectOptions?: { readonly guard?: (() => boolean) | undefined } | undefined
+    ): Effect.Effect<ReadonlyArray<MessageId>, SessionError.SessionAppendError> =>
+      locked(Effect.suspend(() => {
+        if (rejectOptions?.guard !== undefined && !rejectOptions.guard()) return Effect.succeed([])
+        const kinds = new Map<string, Removal>()
+        for (const id of ids) if (projection.targetOf(id) !== undefined) kinds.set(id, "rejected")
+        const splices = removalSplices(kinds)
+        if (!isNonEmpty(splices)) return Effect.succeed([])
+        return Effect.as(commit(splices), splices.flatMap((splice) => splice.data.removed))
+      }))
+
+    const snapshots: Record<InboxTarget, { version: number; items: ReadonlyArray<UserMessage> }> = {
+      "next-turn": { version: -1, items: [] },
+      "next-step": { version: -1, items: [] }
+    }
+    const snapshotOf = (target: InboxTarget): ReadonlyArray<UserMessage> => {
+      const cached = snapshots[target]
+      const list = lists[target]
+      if (cached.version !== list.version) {
+        cached.items = Object.freeze(list.toArray())
+        cached.version = list.version
+      }
+      return cached.items
+    }
+
+    const inbox: InboxInternal = {
+      nextTurn: Effect.sync(() => snapshotOf("next-turn")),
+      nextStep: Effect.sync(() => snapshotOf("next-step")),
+      hasPending: Effect.sync(() => lists["next-turn"].length + lists["next-step"].length > 0),
+      append: (target, message) => Effect.withSpan(insert(target, message, "end"), "Inbox.append"),
+      prepend: (target, message) => Effect.withSpan(insert(target, message, "front"), "Inbox.prepend"),
+      replace,
+      remove,
+      clear,
+      changes: feed.stream,
+      subscribe: feed.subscribe,
+      insert,
+      peek,
+      claim,
+      reject,
+      stateOf: (id) => projection.stateOf(id),
+      sizes: () => ({ nextTurn: lists["next-turn"].length, nextStep: lists["next-step"].length }),
+      clearCanceled: clear,
+      withLock: (effect) => lock.withPermits(1)(effect),
+      end: feed.end
+    }
+    return inbox
+  })
+
+const isNonEmpty = <A>(as: ReadonlyArray<A>): as is Arr.NonEmptyReadonlyArray<A> => as.length > 0
+
+function* range(log: ReadonlyArray<SessionEvent>, from: number, end: number): Generator<SessionEvent> {
+  for (let i = from; i < end; i++) yield log[i]!
+}

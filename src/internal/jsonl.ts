@@ -1,0 +1,142 @@
+/**
+ * The JSONL session file: the header record on line 1, then one event per line (PERS-05). Reading
+ * tells a torn tail (a crash mid-write) from corruption (PERS-03).
+ *
+ * Reading is the resume path of every session, so it is plain synchronous code over the whole
+ * file: one decode of the bytes, one split, one `JSON.parse` and one validation per line.
+ *
+ * @internal
+ */
+import { Either } from "effect"
+import type { SessionId } from "../Message.js"
+import type * as SessionError from "../SessionError.js"
+import type { SessionEvent, SessionHeader } from "../SessionEvent.js"
+import { recordError, storedEvent, storedHeader } from "./eventCodec.js"
+
+/** @internal */
+export interface ParsedLog {
+  readonly header: SessionHeader
+  readonly events: ReadonlyArray<SessionEvent>
+  /** How many trailing records were torn and dropped (0 or 1). */
+  readonly tornTailDropped: number
+  /** Byte length of the records kept: where the next append goes. */
+  readonly validBytes: number
+}
+
+const NEWLINE = 0x0a
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
+const encoder = new TextEncoder()
+
+/** @internal */
+export const encode = (text: string): Uint8Array => encoder.encode(text)
+
+/** The header record as written on line 1, newline included. @internal */
+export const headerLine = (header: SessionHeader): string => JSON.stringify(header) + "\n"
+
+/**
+ * The lines of a batch, newline-terminated. Throws (a defect) if an event is not JSON, which the
+ * session's validation rules out.
+ *
+ * @internal
+ */
+export const eventLines = (events: ReadonlyArray<SessionEvent>): string => {
+  let out = ""
+  for (const event of events) out += JSON.stringify(event) + "\n"
+  return out
+}
+
+const parseJson = (line: string): Either.Either<unknown, string> => {
+  try {
+    return Either.right(JSON.parse(line))
+  } catch (e) {
+    return Either.left(`not JSON (${e instanceof Error ? e.message : String(e)})`)
+  }
+}
+
+/**
+ * Splits the terminated part of the file into lines. Invalid UTF-8 is located per line so that it
+ * reports like any other unreadable record.
+ */
+const splitLines = (bytes: Uint8Array): ReadonlyArray<string | undefined> => {
+  try {
+    const lines = strictUtf8.decode(bytes).split("\n")
+    lines.pop()
+    return lines
+  } catch {
+    const lines: Array<string | undefined> = []
+    let start = 0
+    for (let i = 0; i < bytes.length; i++) {
+      if (bytes[i] !== NEWLINE) continue
+      try {
+        lines.push(strictUtf8.decode(bytes.subarray(start, i)))
+      } catch {
+        lines.push(undefined)
+      }
+      start = i + 1
+    }
+    return lines
+  }
+}
+
+/**
+ * Parses a session file.
+ *
+ * - Bytes after the last newline are an unterminated record: torn, dropped.
+ * - Otherwise a last event line that is not JSON or not a valid event is torn and dropped.
+ * - Any other unreadable or invalid record fails `SessionCorrupt{line}` (1-based, header = 1); an
+ *   unknown core type or a newer header version fails `SessionFormatUnsupported` wherever it is,
+ *   since that record was written on purpose by a newer version.
+ *
+ * @internal
+ */
+export const parseLog = (
+  id: SessionId,
+  bytes: Uint8Array
+): Either.Either<ParsedLog, SessionError.SessionCorrupt | SessionError.SessionFormatUnsupported> => {
+  const terminated = bytes.lastIndexOf(NEWLINE) + 1
+  if (terminated === 0) {
+    return Either.left(recordError(id, 1, {
+      _tag: "Invalid",
+      reason: bytes.length === 0
+        ? "the file is empty: the creation of this session did not complete"
+        : "the header record is unterminated: the creation of this session did not complete"
+    }))
+  }
+  const lines = splitLines(bytes.subarray(0, terminated))
+
+  const headerText = lines[0]
+  const headerJson = headerText === undefined ? Either.left("not UTF-8") : parseJson(headerText)
+  if (Either.isLeft(headerJson)) return Either.left(recordError(id, 1, { _tag: "Invalid", reason: headerJson.left }))
+  const header = storedHeader(headerJson.right)
+  if (Either.isLeft(header)) return Either.left(recordError(id, 1, header.left))
+  if (header.right.id !== id) {
+    return Either.left(recordError(id, 1, {
+      _tag: "Invalid",
+      reason: `the header names session ${JSON.stringify(header.right.id)}, not the file's`
+    }))
+  }
+
+  let tornTailDropped = terminated < bytes.length ? 1 : 0
+  let validBytes = terminated
+  const last = lines.length - 1
+  const events: Array<SessionEvent> = new Array(last)
+  for (let i = 1; i <= last; i++) {
+    const text = lines[i]
+    const json = text === undefined ? Either.left("not UTF-8") : parseJson(text)
+    const event = Either.isLeft(json)
+      ? Either.left({ _tag: "Invalid" as const, reason: json.left })
+      : storedEvent(json.right, i - 1)
+    if (Either.isRight(event)) {
+      events[i - 1] = event.right
+      continue
+    }
+    if (i === last && tornTailDropped === 0 && event.left._tag === "Invalid") {
+      tornTailDropped = 1
+      validBytes = bytes.lastIndexOf(NEWLINE, terminated - 2) + 1
+      events.length = i - 1
+      break
+    }
+    return Either.left(recordError(id, i + 1, event.left))
+  }
+  return Either.right({ header: header.right, events, tornTailDropped, validBytes })
+}

@@ -1,0 +1,572 @@
+import { Command, FileSystem } from "@effect/platform"
+import { SystemError } from "@effect/platform/Error"
+import { NodeContext, NodeFileSystem } from "@effect/platform-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Context, Deferred, Effect, Either, Exit, Fiber, Layer, Logger, Option, Scope, Stream } from "effect"
+import * as os from "node:os"
+import { fileURLToPath } from "node:url"
+import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
+import type { SessionId } from "../src/Message.js"
+import { SessionPersistence } from "../src/SessionPersistence.js"
+import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+
+class Directory extends Context.Tag("test/Directory")<Directory, string>() {}
+
+const temporaryDirectory = Layer.scoped(
+  Directory,
+  Effect.flatMap(FileSystem.FileSystem, (fs) => fs.makeTempDirectoryScoped({ prefix: "effect-agent-" }))
+)
+
+const fileOf = (directory: string, id: SessionId) => `${directory}/${id}.jsonl`
+const lockOf = (directory: string, id: SessionId) => `${directory}/${id}.lock`
+
+conformance(
+  "FileSessionPersistence.layer conformance (PERS-06)",
+  () =>
+    Layer.unwrapEffect(Effect.map(Directory, (directory) => FileSessionPersistence.layer({ directory }))).pipe(
+      Layer.provideMerge(temporaryDirectory),
+      Layer.provideMerge(NodeContext.layer)
+    ),
+  {
+    tearTail: (id) =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const directory = yield* Directory
+        yield* fs.writeFileString(fileOf(directory, id), "{\"seq\":3,\"time\":17,\"type\":\"test/no", { flag: "a" })
+      })
+  }
+)
+
+/** Runs `body` with a fresh temp directory on Node's file system. */
+const inDirectory = <A, E, R>(body: (directory: string) => Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const directory = yield* fs.makeTempDirectoryScoped({ prefix: "effect-agent-" })
+    return yield* body(directory)
+  }).pipe(Effect.scoped, Effect.provide(NodeContext.layer))
+
+/** The file persistence of one "process" over `directory`. */
+const persistenceAt = (directory: string, options?: Omit<FileSessionPersistence.Options, "directory">) =>
+  Effect.provide(SessionPersistence, FileSessionPersistence.layer({ directory, ...options }))
+
+const readBytes = (file: string) => Effect.flatMap(FileSystem.FileSystem, (fs) => fs.readFile(file))
+const readText = (file: string) => Effect.flatMap(FileSystem.FileSystem, (fs) => fs.readFileString(file))
+const writeText = (file: string, text: string) =>
+  Effect.flatMap(FileSystem.FileSystem, (fs) => fs.writeFileString(file, text))
+
+/** Collects log lines (level and message) while `effect` runs. */
+const withLogs = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const lines: Array<string> = []
+    const logger = Logger.make(({ logLevel, message }) => {
+      lines.push(`${logLevel.label} ${Array.isArray(message) ? message.join(" ") : String(message)}`)
+    })
+    const result = yield* effect.pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger)))
+    return [result, lines] as const
+  })
+
+const storedSession = (directory: string, id: SessionId, events: number) =>
+  Effect.flatMap(persistenceAt(directory, { durability: "buffered" }), (persistence) =>
+    Effect.scoped(Effect.flatMap(persistence.create(header(id)), (writer) => writer.append(notes(0, events)))))
+
+const line = (value: unknown) => JSON.stringify(value) + "\n"
+
+describe("FileSessionPersistence", () => {
+  it.effect("PERS-05 the file is JSONL: the header record on line 1, then one event per line", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const id = sid("format")
+        yield* storedSession(directory, id, 3)
+        assert.strictEqual(
+          yield* readText(fileOf(directory, id)),
+          line(header(id)) + notes(0, 3).map(line).join("")
+        )
+        // The lock is gone with its writer.
+        const fs = yield* FileSystem.FileSystem
+        assert.isFalse(yield* fs.exists(lockOf(directory, id)))
+      })))
+
+  it.effect("PERS-03 openWrite drops an unterminated tail, reports it and truncates the file; read leaves it", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const id = sid("torn")
+        yield* storedSession(directory, id, 3)
+        const file = fileOf(directory, id)
+        const intact = yield* readText(file)
+        const torn = intact + "{\"seq\":3,\"time\":1,\"ty"
+        yield* writeText(file, torn)
+        const persistence = yield* persistenceAt(directory)
+
+        const read = yield* persistence.read(id)
+        assert.strictEqual(read.tornTailDropped, 1)
+        assert.deepStrictEqual(read.events, notes(0, 3))
+        assert.strictEqual(yield* readText(file), torn)
+
+        const [opened, logs] = yield* withLogs(Effect.scoped(Effect.gen(function*() {
+          const { stored, writer } = yield* persistence.openWrite(id)
+          assert.strictEqual(yield* readText(file), intact)
+          yield* writer.append(notes(3, 1))
+          return stored
+        })))
+        assert.strictEqual(opened.tornTailDropped, 1)
+        assert.deepStrictEqual(opened.events, notes(0, 3))
+        assert.isTrue(logs.some((l) => l.startsWith("WARN") && l.includes("torn")), logs.join("\n"))
+        assert.strictEqual(yield* readText(file), intact + line(notes(3, 1)[0]))
+      })))
+
+  it.effect("PERS-03 an unparsable or invalid last line is a torn tail too", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const persistence = yield* persistenceAt(directory)
+        const tails = [["garbage", "garbage\n"], ["invalid", line({ seq: 2, time: -1, type: "x/y", data: 1 })]] as const
+        for (const [name, tail] of tails) {
+          const id = sid(`last-${name}`)
+          yield* storedSession(directory, id, 2)
+          const file = fileOf(directory, id)
+          const intact = yield* readText(file)
+          yield* writeText(file, intact + tail)
+          assert.strictEqual((yield* persistence.read(id)).tornTailDropped, 1)
+          const { stored } = yield* Effect.scoped(persistence.openWrite(id))
+          assert.strictEqual(stored.tornTailDropped, 1)
+          assert.deepStrictEqual(stored.events, notes(0, 2))
+          assert.strictEqual(yield* readText(file), intact)
+        }
+      })))
+
+  it.effect("PERS-03 a bad record before the last fails SessionCorrupt{line} and leaves the file byte-identical", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const persistence = yield* persistenceAt(directory)
+        const [e0, e1, e2] = notes(0, 3)
+        const cases: ReadonlyArray<readonly [string, string, number]> = [
+          ["garbage", line(e0) + "not json\n" + line(e2), 3],
+          ["schema", line(e0) + line({ seq: 1, time: 0, type: "turn/start", data: { turn: 0 } }) + line(e2), 3],
+          ["seq-gap", line(e0) + line(e2) + line({ ...e2, seq: 3 }), 3],
+          ["empty-line", line(e0) + "\n" + line(e1) + line(e2), 3],
+          ["torn-middle", line(e0) + "{\"seq\":1\n" + line(e2), 3],
+          // An unterminated tail does not excuse a bad terminated record before it.
+          ["bad-then-torn", line(e0) + line(e1) + "oops\n{\"seq\":", 4]
+        ]
+        for (const [name, body, expectedLine] of cases) {
+          const id = sid(`corrupt-${name}`)
+          const file = fileOf(directory, id)
+          yield* writeText(file, line(header(id)) + body)
+          const before = yield* readBytes(file)
+
+          const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+          assert.strictEqual(opened._tag, "SessionCorrupt", name)
+          if (opened._tag === "SessionCorrupt") assert.strictEqual(opened.line, expectedLine, name)
+          const read = yield* Effect.flip(persistence.read(id))
+          assert.strictEqual(read._tag, "SessionCorrupt", name)
+          assert.deepStrictEqual(yield* readBytes(file), before, name)
+          // The failed openWrite released its lock.
+          assert.isFalse(yield* fs.exists(lockOf(directory, id)), name)
+        }
+      })))
+
+  it.effect("EVT-04 a header of a newer version fails SessionFormatUnsupported", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const id = sid("newer")
+        const file = fileOf(directory, id)
+        yield* writeText(file, line({ ...header(id), version: 2, extra: "new" }) + line(notes(0, 1)[0]))
+        const before = yield* readBytes(file)
+        const persistence = yield* persistenceAt(directory)
+        const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+        assert.strictEqual(opened._tag, "SessionFormatUnsupported")
+        assert.strictEqual((yield* Effect.flip(persistence.read(id)))._tag, "SessionFormatUnsupported")
+        assert.deepStrictEqual(yield* readBytes(file), before)
+      })))
+
+  it.effect("EVT-01 EVT-04 an unknown core type fails SessionFormatUnsupported, even as the last record", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const persistence = yield* persistenceAt(directory)
+        const unknown = { seq: 1, time: 5, type: "turn/foo", data: {} }
+        const cases = [
+          ["last", [notes(0, 1)[0], unknown]],
+          ["middle", [notes(0, 1)[0], unknown, notes(2, 1)[0]]]
+        ] as const
+        for (const [name, body] of cases) {
+          const id = sid(`unknown-${name}`)
+          const file = fileOf(directory, id)
+          yield* writeText(file, line(header(id)) + body.map(line).join(""))
+          const before = yield* readBytes(file)
+          const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+          assert.strictEqual(opened._tag, "SessionFormatUnsupported", name)
+          assert.strictEqual((yield* Effect.flip(persistence.read(id)))._tag, "SessionFormatUnsupported", name)
+          assert.deepStrictEqual(yield* readBytes(file), before, name)
+        }
+      })))
+
+  it.effect("PERS-03 a file that is not a session (foreign JSON, empty, other id) fails SessionCorrupt at line 1", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const persistence = yield* persistenceAt(directory)
+        const cases: ReadonlyArray<readonly [string, (id: SessionId) => string]> = [
+          ["foreign", () => line({ name: "package", version: 1 }) + line({ seq: 0 })],
+          ["empty", () => ""],
+          ["unterminated-header", (id) => JSON.stringify(header(id))],
+          ["other-id", () => line(header(sid("someone-else")))]
+        ]
+        for (const [name, content] of cases) {
+          const id = sid(`foreign-${name}`)
+          yield* writeText(fileOf(directory, id), content(id))
+          const read = yield* Effect.flip(persistence.read(id))
+          assert.strictEqual(read._tag, "SessionCorrupt", name)
+          if (read._tag === "SessionCorrupt") assert.strictEqual(read.line, 1, name)
+          const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+          assert.strictEqual(opened._tag, "SessionCorrupt", name)
+          assert.strictEqual(yield* readText(fileOf(directory, id)), content(id), name)
+        }
+        // list skips what it cannot read instead of failing.
+        assert.strictEqual(Array.from(yield* Stream.runCollect(persistence.list)).length, 0)
+      })))
+
+  it.effect("PERS-01 two instances in one process exclude each other; concurrent creates have one winner", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const first = yield* persistenceAt(directory, { instanceId: "first" })
+        const second = yield* persistenceAt(directory, { instanceId: "second" })
+        const id = sid("shared")
+        const scope = yield* Scope.make()
+        yield* first.create(header(id)).pipe(Scope.extend(scope))
+        const locked = yield* Effect.flip(Effect.scoped(second.openWrite(id)))
+        assert.strictEqual(locked._tag, "SessionLocked")
+        if (locked._tag === "SessionLocked") {
+          assert.include(locked.holder, `process ${process.pid}`)
+          assert.include(locked.holder, "\"first\"")
+        }
+        yield* Scope.close(scope, Exit.void)
+
+        const race = sid("race")
+        const outcomes = yield* Effect.forEach(
+          Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? first : second)),
+          (persistence) => Effect.either(persistence.create(header(race))),
+          { concurrency: "unbounded" }
+        )
+        assert.strictEqual(outcomes.filter(Either.isRight).length, 1)
+        for (const outcome of outcomes) {
+          if (Either.isLeft(outcome)) assert.include(["SessionLocked", "SessionAlreadyExists"], outcome.left._tag)
+        }
+      })))
+
+  it.effect("PERS-01 a lock of a dead process on this host is taken over, with a warning", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const id = sid("stale")
+        yield* storedSession(directory, id, 1)
+        const dead = { host: os.hostname(), pid: 999_999, instanceId: "crashed", token: "dead-token" }
+        yield* writeText(lockOf(directory, id), JSON.stringify(dead))
+        const persistence = yield* persistenceAt(directory, {
+          instanceId: "taker",
+          isProcessAlive: (pid) => pid !== dead.pid
+        })
+
+        const [taken, logs] = yield* withLogs(Effect.scoped(Effect.gen(function*() {
+          const { stored, writer } = yield* persistence.openWrite(id)
+          const lock = JSON.parse(yield* readText(lockOf(directory, id)))
+          assert.strictEqual(lock.instanceId, "taker")
+          assert.strictEqual(lock.pid, process.pid)
+          assert.notStrictEqual(lock.token, dead.token)
+          yield* writer.append(notes(1, 1))
+          return stored
+        })))
+        assert.deepStrictEqual(taken.events, notes(0, 1))
+        assert.isTrue(
+          logs.some((l) => l.startsWith("WARN") && l.includes("took over") && l.includes("999999")),
+          logs.join("\n")
+        )
+        // Released on close, and no takeover leftovers.
+        assert.deepStrictEqual((yield* fs.readDirectory(directory)).sort(), [`${id}.jsonl`])
+        assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 2))
+      })))
+
+  it.effect("PERS-01 a lock from another host is never taken over; breakLock removes it", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const id = sid("remote")
+        yield* storedSession(directory, id, 1)
+        const remote = { host: "another-host.example", pid: 4242, instanceId: "remote", token: "remote-token" }
+        yield* writeText(lockOf(directory, id), JSON.stringify(remote))
+        const persistence = yield* persistenceAt(directory, { isProcessAlive: () => false })
+
+        const locked = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+        assert.strictEqual(locked._tag, "SessionLocked")
+        if (locked._tag === "SessionLocked") assert.include(locked.holder, "another-host.example")
+        assert.strictEqual((yield* Effect.flip(persistence.remove(id)))._tag, "SessionLocked")
+        assert.strictEqual(yield* readText(lockOf(directory, id)), JSON.stringify(remote))
+
+        // An unreadable lock is never guessed stale either.
+        yield* writeText(lockOf(directory, id), "")
+        assert.strictEqual((yield* Effect.flip(Effect.scoped(persistence.openWrite(id))))._tag, "SessionLocked")
+
+        yield* writeText(lockOf(directory, id), JSON.stringify(remote))
+        yield* writeText(`${directory}/${id}.lock.remote-token.break`, "{}")
+        const [, logs] = yield* withLogs(FileSessionPersistence.breakLock(id, { directory }))
+        assert.isTrue(logs.some((l) => l.startsWith("WARN") && l.includes("another-host.example")), logs.join("\n"))
+        assert.deepStrictEqual((yield* fs.readDirectory(directory)).sort(), [`${id}.jsonl`])
+        const { stored } = yield* Effect.scoped(persistence.openWrite(id))
+        assert.deepStrictEqual(stored.events, notes(0, 1))
+      })))
+
+  describe("with another Node process", () => {
+    const fixture = fileURLToPath(new URL("./fixtures/holdSessionLock.ts", import.meta.url))
+    const repository = fileURLToPath(new URL("..", import.meta.url))
+
+    /** Starts a process that holds the writer of `id`; resolves with its pid once it does. */
+    const holder = (directory: string, id: SessionId) =>
+      Effect.gen(function*() {
+        const child = yield* Command.make(process.execPath, "--import", "tsx", fixture, directory, id).pipe(
+          Command.workingDirectory(repository),
+          Command.start
+        )
+        const ready = yield* child.stdout.pipe(Stream.decodeText(), Stream.splitLines, Stream.runHead)
+        if (Option.isNone(ready) || !ready.value.startsWith("locked ")) {
+          const stderr = yield* child.stderr.pipe(Stream.decodeText(), Stream.mkString)
+          return yield* Effect.dieMessage(`the lock holder did not start: ${stderr}`)
+        }
+        return { child, pid: Number(ready.value.slice("locked ".length)) }
+      })
+
+    it.effect("PERS-01 a live writer in another process blocks openWrite, create, remove; its release frees it", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const id = sid("cross-process")
+          yield* storedSession(directory, id, 2)
+          const persistence = yield* persistenceAt(directory)
+          const { child, pid } = yield* holder(directory, id)
+          assert.notStrictEqual(pid, process.pid)
+
+          const locked = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+          assert.strictEqual(locked._tag, "SessionLocked")
+          if (locked._tag === "SessionLocked") {
+            assert.include(locked.holder, `process ${pid}`)
+            assert.include(locked.holder, "child-process")
+          }
+          assert.strictEqual((yield* Effect.flip(Effect.scoped(persistence.create(header(id)))))._tag, "SessionLocked")
+          assert.strictEqual((yield* Effect.flip(persistence.remove(id)))._tag, "SessionLocked")
+
+          // SIGTERM interrupts the child's runtime: its writer scope closes and removes the lock.
+          yield* child.kill("SIGTERM")
+          yield* Effect.ignore(child.exitCode)
+          const fs = yield* FileSystem.FileSystem
+          assert.isFalse(yield* fs.exists(lockOf(directory, id)), "the child removed its lock")
+          const { stored } = yield* Effect.scoped(persistence.openWrite(id))
+          assert.deepStrictEqual(stored.events, notes(0, 2))
+        })).pipe(Effect.scoped))
+
+    it.effect("PERS-01 the lock of a killed process is taken over by the next writer", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const id = sid("killed")
+          yield* storedSession(directory, id, 1)
+          const persistence = yield* persistenceAt(directory)
+          const { child, pid } = yield* holder(directory, id)
+          assert.strictEqual((yield* Effect.flip(Effect.scoped(persistence.openWrite(id))))._tag, "SessionLocked")
+
+          yield* child.kill("SIGKILL")
+          yield* Effect.ignore(child.exitCode)
+          const lock = JSON.parse(yield* readText(lockOf(directory, id)))
+          assert.strictEqual(lock.pid, pid)
+
+          const [{ stored }, logs] = yield* withLogs(Effect.scoped(persistence.openWrite(id)))
+          assert.deepStrictEqual(stored.events, notes(0, 1))
+          assert.isTrue(logs.some((l) => l.includes("took over") && l.includes(`process ${pid}`)), logs.join("\n"))
+        })).pipe(Effect.scoped))
+  })
+
+  describe("writes", () => {
+    interface Plan {
+      syncs: number
+      writes: number
+      failWrites: boolean
+      failTruncate: boolean
+      gate: { readonly entered: Deferred.Deferred<void>; readonly open: Deferred.Deferred<void> } | undefined
+    }
+
+    const injected = (method: string) =>
+      new SystemError({ module: "FileSystem", method, reason: "Unknown", description: "injected failure" })
+
+    /**
+     * Node's file system, instrumented on session data files: counts writes and syncs, can hold a
+     * write at a gate, and can fail writes (after writing a few bytes) and truncations.
+     */
+    const instrumented = (plan: Plan) =>
+      Layer.effect(
+        FileSystem.FileSystem,
+        Effect.map(FileSystem.FileSystem, (fs): FileSystem.FileSystem => ({
+          ...fs,
+          open: (path, options) =>
+            Effect.map(fs.open(path, options), (file): FileSystem.File => {
+              if (!path.endsWith(".jsonl")) return file
+              return {
+                [FileSystem.FileTypeId]: FileSystem.FileTypeId,
+                fd: file.fd,
+                get stat() {
+                  return file.stat
+                },
+                seek: (offset, from) => file.seek(offset, from),
+                read: (buffer) => file.read(buffer),
+                readAlloc: (size) => file.readAlloc(size),
+                write: (buffer) => file.write(buffer),
+                sync: Effect.suspend(() => {
+                  plan.syncs++
+                  return file.sync
+                }),
+                truncate: (length) => (plan.failTruncate ? Effect.fail(injected("truncate")) : file.truncate(length)),
+                writeAll: (buffer) =>
+                  Effect.gen(function*() {
+                    plan.writes++
+                    const gate = plan.gate
+                    if (gate !== undefined) {
+                      plan.gate = undefined
+                      yield* Deferred.succeed(gate.entered, undefined)
+                      yield* Deferred.await(gate.open)
+                    }
+                    if (plan.failWrites) {
+                      yield* file.writeAll(buffer.subarray(0, Math.min(10, buffer.length - 1)))
+                      return yield* injected("writeAll")
+                    }
+                    return yield* file.writeAll(buffer)
+                  })
+              }
+            })
+        }))
+      ).pipe(Layer.provide(NodeFileSystem.layer))
+
+    const newPlan = (): Plan => ({ syncs: 0, writes: 0, failWrites: false, failTruncate: false, gate: undefined })
+
+    const withPlan = (
+      directory: string,
+      plan: Plan,
+      options?: Omit<FileSessionPersistence.Options, "directory">
+    ) =>
+      Effect.provide(
+        SessionPersistence,
+        FileSessionPersistence.layer({ directory, ...options }).pipe(
+          Layer.provide(Layer.merge(NodeContext.layer, instrumented(plan)))
+        )
+      )
+
+    it.effect("SES-02 PERS-04 appends queued while a write is in flight go out as one write with one sync", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const plan = newPlan()
+          const persistence = yield* withPlan(directory, plan)
+          const id = sid("group-commit")
+          const writer = yield* persistence.create(header(id))
+          assert.isAtLeast(plan.syncs, 1, "the header is synced")
+          plan.syncs = 0
+          plan.writes = 0
+
+          const gate = { entered: yield* Deferred.make<void>(), open: yield* Deferred.make<void>() }
+          plan.gate = gate
+          const first = yield* Effect.fork(writer.append(notes(0, 1)))
+          yield* Deferred.await(gate.entered)
+          // The first write is in flight: everything appended now waits in the queue.
+          const rest: Array<Fiber.RuntimeFiber<void, unknown>> = []
+          for (let seq = 1; seq < 64; seq++) {
+            rest.push(yield* Effect.fork(writer.append(notes(seq, 1))))
+            yield* Effect.yieldNow()
+          }
+          assert.strictEqual(yield* writer.nextSeq, 0)
+          yield* Deferred.succeed(gate.open, undefined)
+          yield* Fiber.join(first)
+          yield* Fiber.join(Fiber.all(rest))
+
+          assert.strictEqual(plan.writes, 2)
+          assert.strictEqual(plan.syncs, 2)
+          assert.strictEqual(yield* writer.nextSeq, 64)
+          assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 64))
+        }).pipe(Effect.scoped)))
+
+    it.effect("PERS-04 buffered durability never syncs; fsync syncs every batch", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const buffered = newPlan()
+          const fast = yield* withPlan(directory, buffered, { durability: "buffered" })
+          yield* Effect.scoped(Effect.flatMap(fast.create(header(sid("buffered"))), (writer) =>
+            Effect.zipRight(writer.append(notes(0, 2)), writer.append(notes(2, 1)))))
+          assert.strictEqual(buffered.syncs, 0)
+          assert.strictEqual(buffered.writes, 3)
+
+          const synced = newPlan()
+          const durable = yield* withPlan(directory, synced)
+          yield* Effect.scoped(Effect.flatMap(durable.create(header(sid("synced"))), (writer) =>
+            Effect.zipRight(writer.append(notes(0, 2)), writer.append(notes(2, 1)))))
+          assert.strictEqual(synced.writes, 3)
+          assert.isAtLeast(synced.syncs, 3)
+          // A restarted process reads both.
+          const restarted = yield* persistenceAt(directory)
+          assert.deepStrictEqual((yield* restarted.read(sid("buffered"))).events, notes(0, 3))
+          assert.deepStrictEqual((yield* restarted.read(sid("synced"))).events, notes(0, 3))
+        })))
+
+    it.effect("PERS-02 a batch whose seqs are not contiguous fails SessionConflict and writes nothing", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const plan = newPlan()
+          const persistence = yield* withPlan(directory, plan)
+          const id = sid("gaps")
+          const writer = yield* persistence.create(header(id))
+          yield* writer.append(notes(0, 1))
+          const writes = plan.writes
+          const refused = yield* Effect.flip(writer.append([notes(1, 1)[0], notes(3, 1)[0]]))
+          assert.strictEqual(refused._tag, "SessionConflict")
+          assert.strictEqual(plan.writes, writes)
+          assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 1))
+        }).pipe(Effect.scoped)))
+
+    it.effect("SES-02b a failed write is truncated back to the last acknowledged record and the writer goes on", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const plan = newPlan()
+          const persistence = yield* withPlan(directory, plan)
+          const id = sid("write-fails")
+          const writer = yield* persistence.create(header(id))
+          yield* writer.append(notes(0, 2))
+          const acknowledged = yield* readText(fileOf(directory, id))
+
+          plan.failWrites = true
+          const failed = yield* Effect.flip(writer.append(notes(2, 2)))
+          assert.strictEqual(failed._tag, "PersistenceError")
+          assert.strictEqual(yield* readText(fileOf(directory, id)), acknowledged)
+          assert.strictEqual(yield* writer.nextSeq, 2)
+
+          plan.failWrites = false
+          yield* writer.append(notes(2, 2))
+          assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 4))
+        }).pipe(Effect.scoped)))
+
+    it.effect("SES-02b a write that cannot be truncated back fails the writer until the session is reopened", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const plan = newPlan()
+          const persistence = yield* withPlan(directory, plan)
+          const id = sid("writer-fails")
+          yield* Effect.scoped(Effect.gen(function*() {
+            const writer = yield* persistence.create(header(id))
+            yield* writer.append(notes(0, 2))
+            plan.failWrites = true
+            plan.failTruncate = true
+            assert.strictEqual((yield* Effect.flip(writer.append(notes(2, 1))))._tag, "PersistenceError")
+            plan.failWrites = false
+            plan.failTruncate = false
+            const writes = plan.writes
+            assert.strictEqual((yield* Effect.flip(writer.append(notes(2, 1))))._tag, "PersistenceError")
+            assert.strictEqual((yield* Effect.flip(writer.append(notes(0, 1))))._tag, "PersistenceError")
+            assert.strictEqual(plan.writes, writes, "a failed writer writes nothing")
+          }))
+          // The partial record is a torn tail for the next writer.
+          const { stored, writer } = yield* persistence.openWrite(id)
+          assert.strictEqual(stored.tornTailDropped, 1)
+          assert.deepStrictEqual(stored.events, notes(0, 2))
+          yield* writer.append(notes(2, 1))
+          assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 3))
+        }).pipe(Effect.scoped)))
+  })
+})
