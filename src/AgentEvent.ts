@@ -35,7 +35,7 @@ export type AgentEvent = Data.TaggedEnum<{
   InboxDiscarded: Base & {
     readonly target: InboxTarget
     readonly ids: ReadonlyArray<MessageId>
-    readonly outcome: "canceled" | "rejected" | "claimed"
+    readonly outcome: "canceled" | "rejected"
   }
   InboxClaimed: Base & { readonly turn: number; readonly messages: ReadonlyArray<UserMessage> }
   TurnStarted: Base & { readonly turn: number }

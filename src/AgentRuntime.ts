@@ -5,6 +5,7 @@
  *
  * @since 0.1.0
  */
+import type { SqlClient } from "@effect/sql"
 import { Layer } from "effect"
 import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentLoop from "./AgentLoop.js"
@@ -14,6 +15,7 @@ import type { Model } from "./Model.js"
 import type { PersistenceError } from "./SessionError.js"
 import * as SessionPersistence from "./SessionPersistence.js"
 import * as SessionStore from "./SessionStore.js"
+import * as SqlSessionPersistence from "./SqlSessionPersistence.js"
 import * as Tool from "./Tool.js"
 
 /**
@@ -70,3 +72,18 @@ export const layerFileSystem = (
   FactoryAlreadySet | PersistenceError,
   Model
 > => layer.pipe(Layer.provideMerge(FileSessionPersistence.layerNode(options)))
+
+/**
+ * The runtime with SQL persistence over the `SqlClient` of the context (SQLite through
+ * `@effect/sql-sqlite-node`, Postgres through `@effect/sql-pg`).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerSql = (
+  options?: SqlSessionPersistence.Options | undefined
+): Layer.Layer<
+  Services | SessionPersistence.SessionPersistence,
+  FactoryAlreadySet | PersistenceError,
+  Model | SqlClient.SqlClient
+> => layer.pipe(Layer.provideMerge(SqlSessionPersistence.layer(options)))

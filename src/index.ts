@@ -88,3 +88,8 @@ export * as SessionStore from "./SessionStore.js"
  * @since 0.1.0
  */
 export * as Tool from "./Tool.js"
+
+/**
+ * @since 0.1.0
+ */
+export * as SqlSessionPersistence from "./SqlSessionPersistence.js"

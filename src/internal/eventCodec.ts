@@ -6,10 +6,10 @@
  * @internal
  */
 import { Either, ParseResult, Schema } from "effect"
-import type { SessionId } from "../Message.js"
+import { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import * as SessionEvent from "../SessionEvent.js"
-import { deepFreeze, snapshot } from "./json.js"
+import { deepFreeze, isLosslessParsedJson, snapshot } from "./json.js"
 
 const strict = { onExcessProperty: "error", errors: "first" } as const
 const decodeCore = Schema.decodeUnknownEither(SessionEvent.CoreEvent, strict)
@@ -91,6 +91,249 @@ export const storedEvent = (raw: unknown, expectedSeq: number): Either.Either<Se
   }
   return Either.right(checked.value as unknown as SessionEvent.SessionEvent)
 }
+
+// -------------------------------------------------------------------------------------------------
+// The fast path for records that `JSON.parse` just produced (the resume path of every session).
+//
+// Each check below accepts a value only if the Schema decoders above (and `snapshot`) accept it:
+// anything it is unsure of (a shape it does not know, a `-0`, a prototype-polluted object) is
+// simply not accepted here, and `storedEvent` then decides and words the error. So the fast path
+// changes what a record costs, never whether it is accepted or what its error says.
+
+type Fields = { readonly [key: string]: unknown }
+
+const isFields = (u: unknown): u is Fields => typeof u === "object" && u !== null && !Array.isArray(u)
+
+/** The number of enumerable keys (own, and inherited if someone polluted a prototype: then no match). */
+const keyCount = (o: Fields): number => {
+  let n = 0
+  for (const _ in o) n++
+  return n
+}
+
+const isNat = (u: unknown): boolean => Number.isSafeInteger(u) && (u as number) >= 0 && !Object.is(u, -0)
+const isPositive = (u: unknown): boolean => Number.isSafeInteger(u) && (u as number) >= 1
+const isString = (u: unknown): u is string => typeof u === "string"
+const isNonEmpty = (u: unknown): boolean => typeof u === "string" && u.length >= 1
+const isMessageId = (u: unknown): boolean => typeof u === "string" && u.length >= 1 && u.length <= 256
+const isSessionId = Schema.is(SessionId)
+
+const isArrayOf = (u: unknown, item: (u: unknown) => boolean): boolean => {
+  if (!Array.isArray(u)) return false
+  for (let i = 0; i < u.length; i++) if (!item(u[i])) return false
+  return true
+}
+
+const isTextLike = (o: Fields, type: string): boolean => o.type === type && isString(o.text) && keyCount(o) === 2
+
+const isContentPart = (u: unknown): boolean =>
+  isFields(u) &&
+  (isTextLike(u, "text") || (u.type === "image" && isString(u.mediaType) && isString(u.data) && keyCount(u) === 3))
+
+const isAssistantPart = (u: unknown): boolean =>
+  isFields(u) &&
+  (isTextLike(u, "text") || isTextLike(u, "reasoning") ||
+    (u.type === "tool-call" && isNonEmpty(u.callId) && isString(u.name) && isString(u.arguments) &&
+      keyCount(u) === 4))
+
+const isMessageSource = (u: unknown): boolean => {
+  if (!isFields(u)) return false
+  switch (u.kind) {
+    case "user":
+    case "system":
+      return keyCount(u) === 1
+    case "agent":
+      return isSessionId(u.agent) && keyCount(u) === 2
+    case "plugin":
+      return isString(u.plugin) && keyCount(u) === 2
+    default:
+      return false
+  }
+}
+
+/**
+ * Whether a plain JSON value (a `snapshot` copy or `JSON.parse` output) surely decodes as a
+ * `UserMessage` under strict decoding (false: decode it to know, and for the error).
+ *
+ * @internal
+ */
+export const isUserMessage = (u: unknown): boolean =>
+  isFields(u) && isMessageId(u.id) && u.role === "user" && isArrayOf(u.content, isContentPart) &&
+  isMessageSource(u.source) && keyCount(u) === 4
+
+const isAssistantMessage = (u: unknown): boolean => {
+  if (!isFields(u) || !isMessageId(u.id) || u.role !== "assistant" || !isArrayOf(u.content, isAssistantPart)) {
+    return false
+  }
+  const source = u.source
+  return isFields(source) && source.kind === "model" && isString(source.provider) && isString(source.model) &&
+    keyCount(source) === 3 && keyCount(u) === 4
+}
+
+const isToolResultMessage = (u: unknown): boolean =>
+  isFields(u) && isMessageId(u.id) && u.role === "tool" && isNonEmpty(u.toolCallId) && isString(u.toolName) &&
+  isArrayOf(u.content, isContentPart) && typeof u.isError === "boolean" && keyCount(u) === 6
+
+const isCancelCause = (u: unknown): boolean => {
+  if (!isFields(u)) return false
+  switch (u.kind) {
+    case "user":
+    case "parent":
+    case "disposed":
+      return keyCount(u) === 1
+    case "hook":
+      return isString(u.reason) && keyCount(u) === 2
+    default:
+      return false
+  }
+}
+
+const isTurnEndReason = (u: unknown): boolean => {
+  if (!isFields(u)) return false
+  switch (u.kind) {
+    case "completed":
+    case "max-tokens":
+    case "max-steps":
+    case "interrupted":
+      return keyCount(u) === 1
+    case "blocked":
+      return isString(u.reason) && keyCount(u) === 2
+    case "aborted":
+      return isCancelCause(u.cause) && keyCount(u) === 2
+    case "error": {
+      const error = u.error
+      return isFields(error) && isString(error.message) && isString(error.code) && keyCount(error) === 2 &&
+        keyCount(u) === 2
+    }
+    default:
+      return false
+  }
+}
+
+const isUsage = (u: unknown): boolean => {
+  if (!isFields(u)) return false
+  let n = 0
+  if (u.inputTokens !== undefined) {
+    if (!isNat(u.inputTokens)) return false
+    n++
+  }
+  if (u.outputTokens !== undefined) {
+    if (!isNat(u.outputTokens)) return false
+    n++
+  }
+  return keyCount(u) === n
+}
+
+const isToolDescription = (u: unknown): boolean =>
+  isFields(u) && isString(u.name) && isString(u.description) && isFields(u.parameters) &&
+  isLosslessParsedJson(u.parameters) && keyCount(u) === 3
+
+/** The data of a core event of `type`, checked as strictly as `CoreEvent` with excess keys refused. */
+const isCoreData = (type: SessionEvent.CoreType, d: unknown): boolean => {
+  if (!isFields(d)) return false
+  switch (type) {
+    case "turn/start":
+      return isPositive(d.turn) && keyCount(d) === 1
+    case "step/start":
+    case "step/end":
+      return isPositive(d.turn) && isPositive(d.step) && keyCount(d) === 2
+    case "user/message":
+      return isPositive(d.turn) && isPositive(d.step) && isUserMessage(d.message) && keyCount(d) === 3
+    case "agent/inbox/spliced": {
+      if (d.target !== "next-turn" && d.target !== "next-step") return false
+      if (!isNat(d.start) || !isArrayOf(d.removed, isMessageId) || !isArrayOf(d.inserted, isUserMessage)) return false
+      const outcome = d.outcome
+      if (outcome === undefined) return keyCount(d) === 4
+      return (outcome === "canceled" || outcome === "rejected" || outcome === "restored") && keyCount(d) === 5
+    }
+    case "assistant/message": {
+      if (!isPositive(d.turn) || !isPositive(d.step) || !isAssistantMessage(d.message)) return false
+      let n = 3
+      if (d.usage !== undefined) {
+        if (!isUsage(d.usage)) return false
+        n++
+      }
+      const finish = d.finish
+      if (finish !== undefined) {
+        if (finish !== "stop" && finish !== "tool-calls" && finish !== "max-tokens") return false
+        n++
+      }
+      const interrupted = d.interrupted
+      if (interrupted !== undefined) {
+        if (interrupted !== true) return false
+        n++
+      }
+      if (keyCount(d) !== n) return false
+      // the two refinements of AssistantMessageLogged
+      if ((finish === undefined) !== (interrupted === true)) return false
+      if (finish === "max-tokens" || interrupted === true) {
+        const content = (d.message as Fields).content as ReadonlyArray<Fields>
+        for (const part of content) if (part.type === "tool-call") return false
+      }
+      return true
+    }
+    case "tool/call":
+      return isPositive(d.turn) && isPositive(d.step) && isNonEmpty(d.callId) && isString(d.name) &&
+        isString(d.arguments) && keyCount(d) === 5
+    case "tool/result": {
+      if (!isPositive(d.turn) || !isPositive(d.step) || !isToolResultMessage(d.message)) return false
+      const error = d.error
+      if (error === undefined) return keyCount(d) === 3
+      return isFields(error) && isString(error.name) && isString(error.code) && keyCount(error) === 2 &&
+        keyCount(d) === 4
+    }
+    case "turn/end":
+      return isPositive(d.turn) && isTurnEndReason(d.reason) && keyCount(d) === 2
+    case "request/config": {
+      if (!isString(d.provider) || !isString(d.model) || !isArrayOf(d.tools, isToolDescription)) return false
+      let n = 3
+      if (d.maxTokens !== undefined) {
+        if (!isPositive(d.maxTokens)) return false
+        n++
+      }
+      if (d.system !== undefined) {
+        if (!isString(d.system)) return false
+        n++
+      }
+      return keyCount(d) === n
+    }
+  }
+}
+
+/** Whether `storedEvent(raw, expectedSeq)` would surely accept `raw` (false: it may or may not). */
+const isSurelyValid = (raw: unknown, expectedSeq: number): raw is SessionEvent.SessionEvent => {
+  if (!isFields(raw)) return false
+  const { data, seq, time, type } = raw
+  if (seq !== expectedSeq || !isNat(seq) || !isNat(time) || typeof type !== "string" || keyCount(raw) !== 4) {
+    return false
+  }
+  if (SessionEvent.isCoreType(type)) return isCoreData(type, data)
+  return type.includes("/") && !SessionEvent.isReservedType(type) && isLosslessParsedJson(data)
+}
+
+/**
+ * `storedEvent` for a record that `JSON.parse` has just produced and nothing else references: the
+ * same acceptance and the same errors, but a valid record is checked by hand and frozen in place
+ * instead of decoded and copied (the resume path of every stored session reads each record once).
+ *
+ * @internal
+ */
+export const parsedEvent = (
+  raw: unknown,
+  expectedSeq: number
+): Either.Either<SessionEvent.SessionEvent, RecordProblem> => {
+  const event = acceptParsedEvent(raw, expectedSeq)
+  return event !== undefined ? Either.right(event) : storedEvent(raw, expectedSeq)
+}
+
+/**
+ * The allocation-free half of {@link parsedEvent}: the record frozen in place when it is surely
+ * valid, `undefined` when `storedEvent` must decide (and word the error).
+ *
+ * @internal
+ */
+export const acceptParsedEvent = (raw: unknown, expectedSeq: number): SessionEvent.SessionEvent | undefined =>
+  isSurelyValid(raw, expectedSeq) ? deepFreeze(raw) : undefined
 
 /**
  * Validates a stored header: a higher version of our format is unsupported (EVT-04), anything else

@@ -3,6 +3,9 @@
  * end (after delivering everything published before) when the feed ends. Observers are subscribers
  * running in their own fibers, so a failing or slow observer never affects the publisher.
  *
+ * The PubSub is made on the first subscription: until someone listens, publishing costs nothing
+ * (most agents of a large process are never observed, B2).
+ *
  * @internal
  */
 import { Effect, PubSub, Stream } from "effect"
@@ -25,19 +28,25 @@ export interface Feed<A> {
 
 /** @internal */
 export const make = <A>(): Effect.Effect<Feed<A>> =>
-  Effect.map(PubSub.unbounded<A | typeof END>(), (pubsub) => {
+  Effect.sync(() => {
     let ended = false
-    const subscribe = Effect.map(PubSub.subscribe(pubsub), (dequeue) =>
-      ended
-        ? Stream.empty
-        : Stream.fromQueue(dequeue).pipe(Stream.takeWhile((value): value is A => value !== END)))
+    let pubsub: PubSub.PubSub<A | typeof END> | undefined
+    const subscribe = Effect.suspend(() => {
+      if (ended) return Effect.succeed(Stream.empty)
+      pubsub ??= Effect.runSync(PubSub.unbounded<A | typeof END>())
+      return Effect.map(
+        PubSub.subscribe(pubsub),
+        (dequeue) => Stream.fromQueue(dequeue).pipe(Stream.takeWhile((value): value is A => value !== END))
+      )
+    })
     return {
-      publish: (value) => (ended ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, value))),
-      publishAll: (values) => (ended ? Effect.void : Effect.asVoid(PubSub.publishAll(pubsub, values))),
+      publish: (value) => (ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, value))),
+      publishAll: (values) =>
+        ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publishAll(pubsub, values)),
       end: Effect.suspend(() => {
         if (ended) return Effect.void
         ended = true
-        return Effect.asVoid(PubSub.publish(pubsub, END))
+        return pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, END))
       }),
       stream: Stream.unwrapScoped(subscribe),
       subscribe,

@@ -11,7 +11,7 @@ import { Either } from "effect"
 import type { SessionId } from "../Message.js"
 import type * as SessionError from "../SessionError.js"
 import type { SessionEvent, SessionHeader } from "../SessionEvent.js"
-import { recordError, storedEvent, storedHeader } from "./eventCodec.js"
+import { acceptParsedEvent, recordError, storedEvent, storedHeader } from "./eventCodec.js"
 
 /** @internal */
 export interface ParsedLog {
@@ -119,21 +119,38 @@ export const parseLog = (
   let tornTailDropped = terminated < bytes.length ? 1 : 0
   let validBytes = terminated
   const last = lines.length - 1
-  const events: Array<SessionEvent> = new Array(last)
+  const events: Array<SessionEvent> = []
   for (let i = 1; i <= last; i++) {
+    // The common case allocates nothing but the parsed record: parse, check by hand, freeze in place.
     const text = lines[i]
-    const json = text === undefined ? Either.left("not UTF-8") : parseJson(text)
-    const event = Either.isLeft(json)
-      ? Either.left({ _tag: "Invalid" as const, reason: json.left })
-      : storedEvent(json.right, i - 1)
+    let json: unknown
+    let notJson: string | undefined
+    if (text === undefined) {
+      notJson = "not UTF-8"
+    } else {
+      try {
+        json = JSON.parse(text)
+      } catch (e) {
+        notJson = `not JSON (${e instanceof Error ? e.message : String(e)})`
+      }
+    }
+    if (notJson === undefined) {
+      const accepted = acceptParsedEvent(json, i - 1)
+      if (accepted !== undefined) {
+        events.push(accepted)
+        continue
+      }
+    }
+    const event = notJson !== undefined
+      ? Either.left({ _tag: "Invalid" as const, reason: notJson })
+      : storedEvent(json, i - 1)
     if (Either.isRight(event)) {
-      events[i - 1] = event.right
+      events.push(event.right)
       continue
     }
     if (i === last && tornTailDropped === 0 && event.left._tag === "Invalid") {
       tornTailDropped = 1
       validBytes = bytes.lastIndexOf(NEWLINE, terminated - 2) + 1
-      events.length = i - 1
       break
     }
     return Either.left(recordError(id, i + 1, event.left))

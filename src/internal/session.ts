@@ -5,7 +5,7 @@
  *
  * @internal
  */
-import { Clock, Deferred, Effect, Either, Fiber, Option, Queue } from "effect"
+import { Cause, Clock, Deferred, Effect, Either, Fiber, Option, Queue } from "effect"
 import type { Array as Arr, Scope } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session } from "../Session.js"
@@ -101,8 +101,8 @@ export const make = (options: {
     const feed = yield* Feed.make<SessionEvent>()
     const queue = yield* Queue.unbounded<Command>()
 
-    const failAll = (requests: ReadonlyArray<Request>, error: SessionError.SessionAppendError) =>
-      Effect.forEach(requests, (r) => Deferred.fail(r.done, error), { discard: true })
+    const failAll = (requests: ReadonlyArray<Request>, cause: Cause.Cause<SessionError.SessionAppendError>) =>
+      Effect.forEach(requests, (r) => Deferred.failCause(r.done, cause), { discard: true })
 
     const writeBatch = (requests: ReadonlyArray<Request>) =>
       Effect.gen(function*() {
@@ -120,10 +120,11 @@ export const make = (options: {
           perRequest.push(out as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
         }
         if (options.writer !== undefined) {
-          const written = yield* Effect.either(
+          // a defect of the writer reaches the callers as a defect; the writer fiber lives on
+          const written = yield* Effect.exit(
             options.writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
           )
-          if (Either.isLeft(written)) return yield* failAll(requests, written.left)
+          if (written._tag === "Failure") return yield* failAll(requests, written.cause)
         }
         for (const event of stamped) {
           log.push(event)

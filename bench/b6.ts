@@ -1,0 +1,126 @@
+/**
+ * B6: durable appends per second with `fsync` durability (file persistence, temp directory): one
+ * session appending sequentially, 64 sessions appending concurrently, and one session with 64
+ * concurrent appenders (group commit: one write and one sync per batch). The raw reference is
+ * `fs.write` + `fs.fdatasync` of the same line, one file sequentially and 64 files concurrently.
+ */
+import { Effect, Either } from "effect"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { FileSessionPersistence, Session, SessionPersistence } from "../src/index.js"
+import { tempDirectory } from "./fixtures.js"
+import type { Row, Scenario } from "./harness.js"
+import { fmt, now, ratios, settle, stat } from "./harness.js"
+
+const line = {
+  type: "bench/append",
+  data: { text: "one durable fact of about a hundred bytes, as a plugin would log it" }
+}
+
+/** `sessions` sessions each appending `perSession` events with `appenders` concurrent appenders each. */
+const ours = (directory: string, round: string, sessions: number, appenders: number, perAppender: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const persistence = yield* SessionPersistence.SessionPersistence
+    const live = yield* Effect.forEach(Array.from({ length: sessions }, (_, i) => i), (i) =>
+      Effect.gen(function*() {
+        const plan = Session.plan({ id: `b6-${round}-${i}`, createdAt: 1_700_000_000_000 })
+        if (Either.isLeft(plan)) return yield* Effect.die(plan.left)
+        const writer = yield* persistence.create(plan.right.header)
+        return yield* Session.fromPlan(plan.right, writer)
+      }))
+    const start = now()
+    yield* Effect.forEach(live, (session) =>
+      Effect.forEach(Array.from({ length: appenders }), () =>
+        Effect.gen(function*() {
+          for (let i = 0; i < perAppender; i++) yield* session.append(line)
+        }), { concurrency: "unbounded", discard: true }), { concurrency: "unbounded", discard: true })
+    const elapsed = now() - start
+    return (sessions * appenders * perAppender) / (elapsed / 1000)
+  })).pipe(
+    Effect.provide(FileSessionPersistence.layerNode({ directory, durability: "fsync" })),
+    Effect.orDie
+  )
+
+const write = (fd: number, text: string) =>
+  new Promise<void>((resolve, reject) =>
+    fs.write(fd, text, (error) =>
+      error !== null ? reject(error) : fs.fdatasync(fd, (error2) => (error2 !== null ? reject(error2) : resolve()))))
+
+/** `files` files, each appended `perFile` lines with write + fdatasync, concurrently across files. */
+const raw = async (directory: string, round: string, files: number, perFile: number): Promise<number> => {
+  const text = JSON.stringify({ seq: 0, time: 1_700_000_000_000, ...line }) + "\n"
+  const fds = Array.from({ length: files }, (_, i) => fs.openSync(path.join(directory, `raw-${round}-${i}`), "a"))
+  const start = now()
+  await Promise.all(fds.map(async (fd) => {
+    for (let i = 0; i < perFile; i++) await write(fd, text)
+  }))
+  const elapsed = now() - start
+  for (const fd of fds) fs.closeSync(fd)
+  return (files * perFile) / (elapsed / 1000)
+}
+
+export const scenario: Scenario = {
+  id: "B6",
+  title: "durable appends per second, fsync, 1 and 64 concurrent sessions",
+  run: async ({ quick, log }) =>
+    Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+      const directory = yield* tempDirectory("b6")
+      const rounds = quick ? 1 : 3
+      const single = 1_500
+      const perSession = 100
+      yield* ours(directory, "warm", 4, 1, 200)
+      yield* Effect.promise(() => raw(directory, "warm", 4, 200))
+      const one: Array<number> = []
+      const many: Array<number> = []
+      const grouped: Array<number> = []
+      const rawOne: Array<number> = []
+      const rawMany: Array<number> = []
+      for (let r = 0; r < rounds; r++) {
+        yield* Effect.promise(settle)
+        one.push(yield* ours(directory, `one-${r}`, 1, 1, single))
+        rawOne.push(yield* Effect.promise(() => raw(directory, `one-${r}`, 1, single)))
+        many.push(yield* ours(directory, `many-${r}`, 64, 1, perSession))
+        rawMany.push(yield* Effect.promise(() => raw(directory, `many-${r}`, 64, perSession)))
+        grouped.push(yield* ours(directory, `group-${r}`, 1, 64, perSession))
+        log(
+          `B6 round ${r}: 1 session ${fmt(one[r]!)}/s (raw ${fmt(rawOne[r]!)}), 64 sessions ${fmt(many[r]!)}/s ` +
+            `(raw ${fmt(rawMany[r]!)}), 1 session × 64 appenders ${fmt(grouped[r]!)}/s`
+        )
+      }
+      const cost = (rates: ReadonlyArray<number>) => rates.map((r) => 1 / r)
+      const speedup = stat(many.map((m, i) => m / one[i]!))
+      const rawSpeedup = stat(rawMany.map((m, i) => m / rawOne[i]!))
+      const rows: Array<Row> = [
+        {
+          id: "B6",
+          scenario: "durable appends, fsync, 1 session, sequential",
+          ours: stat(one),
+          unit: "events/s",
+          raw: { label: "write+fdatasync, 1 file", value: stat(rawOne) },
+          costRatio: ratios(cost(one), cost(rawOne))
+        },
+        {
+          id: "B6",
+          scenario: "durable appends, fsync, 64 sessions, concurrent",
+          ours: stat(many),
+          unit: "events/s",
+          raw: { label: "write+fdatasync, 64 files", value: stat(rawMany) },
+          costRatio: ratios(cost(many), cost(rawMany)),
+          notes: `64 sessions / 1 session: ${fmt(speedup.median)}× ` +
+            `(raw 64 files / 1 file: ${fmt(rawSpeedup.median)}×)`,
+          peer: "target: 64 sessions ≥20× one session",
+          extra: { speedup: speedup.median, rawSpeedup: rawSpeedup.median }
+        },
+        {
+          id: "B6",
+          scenario: "durable appends, fsync, 1 session × 64 concurrent appenders (group commit)",
+          ours: stat(grouped),
+          unit: "events/s",
+          raw: { label: "write+fdatasync, 1 file", value: stat(rawOne) },
+          costRatio: ratios(cost(grouped), cost(rawOne)),
+          notes: `vs 1 appender: ${fmt(stat(grouped.map((g, i) => g / one[i]!)).median)}×`
+        }
+      ]
+      return rows
+    })))
+}

@@ -1,0 +1,124 @@
+/**
+ * Measurement helpers shared by the scenarios: rounds after a warm-up, medians with their spread,
+ * and the rows the runner prints as a Markdown table and writes as JSON. Timings are never
+ * asserted; every figure is also reported as a ratio to the raw platform cost it stands on,
+ * measured in the same run, because ratios survive a noisy machine and absolute figures do not.
+ */
+
+/** A measured quantity over rounds. */
+export interface Stat {
+  readonly median: number
+  readonly min: number
+  readonly max: number
+  /** Half the range relative to the median: the ± printed next to it. */
+  readonly spread: number
+  readonly samples: ReadonlyArray<number>
+}
+
+export const stat = (samples: ReadonlyArray<number>): Stat => {
+  const sorted = [...samples].sort((a, b) => a - b)
+  const n = sorted.length
+  const median = n === 0 ? NaN : n % 2 === 1 ? sorted[(n - 1) / 2]! : (sorted[n / 2 - 1]! + sorted[n / 2]!) / 2
+  const min = sorted[0] ?? NaN
+  const max = sorted[n - 1] ?? NaN
+  return { median, min, max, spread: median === 0 ? 0 : (max - min) / 2 / Math.abs(median), samples }
+}
+
+/** One line of the results table. */
+export interface Row {
+  readonly id: string
+  readonly scenario: string
+  /** Our figure (higher is better for rates, lower for sizes and times). */
+  readonly ours: Stat
+  readonly unit: string
+  /** The raw platform cost measured in the same rounds, in the same unit. */
+  readonly raw?: { readonly label: string; readonly value: Stat } | undefined
+  /**
+   * Our cost per operation relative to the raw one (≥ 1: how many times the raw cost we pay),
+   * the median of the per-round ratios of interleaved rounds.
+   */
+  readonly costRatio?: Stat | undefined
+  /** Scaling facts (first-10% vs last-10%, per-size ratios, …). */
+  readonly notes?: string | undefined
+  /** The reference system's figure and our ratio to it. */
+  readonly peer?: string | undefined
+  readonly extra?: Readonly<Record<string, number>> | undefined
+}
+
+export interface Scenario {
+  readonly id: string
+  readonly title: string
+  readonly run: (options: RunOptions) => Promise<ReadonlyArray<Row>>
+}
+
+export interface RunOptions {
+  /** Scales the number of rounds (quick runs while profiling). */
+  readonly quick: boolean
+  /** Adds the sizes that take minutes on a small machine (B7 at 10,000 agents). */
+  readonly large: boolean
+  readonly log: (line: string) => void
+}
+
+export const now = (): number => performance.now()
+
+/** Full garbage collection when node runs with `--expose-gc` (twice: weak refs and finalizers). */
+export const collect = (): void => {
+  const gc = (globalThis as { readonly gc?: (() => void) | undefined }).gc
+  if (gc !== undefined) {
+    gc()
+    gc()
+  }
+}
+
+export const hasGc = (): boolean => typeof (globalThis as { readonly gc?: unknown }).gc === "function"
+
+/** Yields to the event loop (lets pending IO callbacks and timers run between rounds). */
+export const settle = (): Promise<void> => new Promise((resolve) => setImmediate(resolve))
+
+const group = (n: number): string => {
+  const fixed = n >= 100 ? n.toFixed(0) : n >= 10 ? n.toFixed(1) : n >= 1 ? n.toFixed(2) : n.toPrecision(2)
+  const [int, frac] = fixed.split(".")
+  return int!.replace(/\B(?=(\d{3})+(?!\d))/g, ",") + (frac !== undefined ? "." + frac : "")
+}
+
+export const fmt = (n: number): string => (Number.isFinite(n) ? group(n) : String(n))
+
+export const fmtStat = (s: Stat, unit: string): string => `${fmt(s.median)} ${unit} ±${(s.spread * 100).toFixed(0)}%`
+
+export const fmtBytes = (bytes: number): string =>
+  bytes >= 1024 * 1024
+    ? `${(bytes / 1024 / 1024).toFixed(1)} MB`
+    : bytes >= 1024
+    ? `${(bytes / 1024).toFixed(1)} KB`
+    : `${bytes.toFixed(0)} B`
+
+/** Cost ratio per round from interleaved per-op costs (ours / raw). */
+export const ratios = (ours: ReadonlyArray<number>, raw: ReadonlyArray<number>): Stat =>
+  stat(ours.map((o, i) => o / raw[i]!))
+
+/** Per-op cost in µs to a rate per second. */
+export const perSecond = (microsPerOp: number): number => 1e6 / microsPerOp
+
+export const table = (rows: ReadonlyArray<Row>): string => {
+  const lines = [
+    "| id | scenario | ours (median ±spread) | raw platform cost | cost ratio ours/raw | scaling " +
+    "| peer (ours vs peer) |",
+    "|---|---|---|---|---|---|---|"
+  ]
+  for (const row of rows) {
+    lines.push(
+      "| " + [
+        row.id,
+        row.scenario,
+        fmtStat(row.ours, row.unit),
+        row.raw === undefined ? "—" : `${row.raw.label}: ${fmtStat(row.raw.value, row.unit)}`,
+        row.costRatio === undefined
+          ? "—"
+          : `${fmt(row.costRatio.median)}× ±${(row.costRatio.spread * 100).toFixed(0)}%`,
+        row.notes ?? "",
+        row.peer ?? ""
+      ].join(" | ") + " |"
+    )
+  }
+  return lines.join("\n")
+}

@@ -1,0 +1,84 @@
+/**
+ * Runs the benchmarks (SPEC §10): `npm run bench` runs B1–B8, `npm run bench -- B3 B5` some of
+ * them, `--quick` fewer rounds (for profiling, not for figures), `--large` adds B7 at 10,000 agents
+ * (minutes on a 2-core machine). Prints a Markdown table and
+ * writes `bench/results/latest.json`.
+ *
+ * B2 needs `--expose-gc`: without it, this script re-runs itself in a node that has it (with the
+ * same loader flags, so `tsx` still compiles the TypeScript).
+ */
+import { spawnSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+import type { Row, Scenario } from "./harness.js"
+import { hasGc, table } from "./harness.js"
+
+if (!hasGc() && process.env["EFFECT_AGENT_BENCH_CHILD"] === undefined) {
+  const child = spawnSync(process.execPath, ["--expose-gc", ...process.execArgv, ...process.argv.slice(1)], {
+    stdio: "inherit",
+    env: { ...process.env, EFFECT_AGENT_BENCH_CHILD: "1" }
+  })
+  process.exit(child.status ?? 1)
+}
+
+const all: ReadonlyArray<() => Promise<{ readonly scenario: Scenario }>> = [
+  () => import("./b1.js"),
+  () => import("./b2.js"),
+  () => import("./b3.js"),
+  () => import("./b4.js"),
+  () => import("./b5.js"),
+  () => import("./b6.js"),
+  () => import("./b7.js"),
+  () => import("./b8.js")
+]
+
+const args = process.argv.slice(2)
+const quick = args.includes("--quick")
+const large = args.includes("--large")
+const wanted = new Set(args.filter((a) => !a.startsWith("--")).map((a) => a.toUpperCase()))
+
+const log = (line: string) => process.stderr.write(line + "\n")
+
+const main = async () => {
+  const rows: Array<Row> = []
+  const started = Date.now()
+  const loadBefore = os.loadavg()
+  for (const load of all) {
+    const { scenario } = await load()
+    if (wanted.size > 0 && !wanted.has(scenario.id)) continue
+    log(`# ${scenario.id}: ${scenario.title}`)
+    const t0 = Date.now()
+    rows.push(...(await scenario.run({ large, quick, log })))
+    log(`# ${scenario.id} took ${((Date.now() - t0) / 1000).toFixed(1)} s`)
+  }
+  if (rows.length === 0) {
+    log(`no scenario matches ${[...wanted].join(", ")} (B1 … B8)`)
+    process.exit(2)
+  }
+  const markdown = table(rows)
+  process.stdout.write(markdown + "\n")
+  const results = {
+    date: new Date(started).toISOString(),
+    seconds: (Date.now() - started) / 1000,
+    node: process.version,
+    cpus: os.cpus().length,
+    cpu: os.cpus()[0]?.model,
+    loadavg: { before: loadBefore, after: os.loadavg() },
+    gc: hasGc(),
+    quick,
+    large,
+    rows,
+    markdown
+  }
+  const directory = path.join(path.dirname(fileURLToPath(import.meta.url)), "results")
+  fs.mkdirSync(directory, { recursive: true })
+  fs.writeFileSync(path.join(directory, "latest.json"), JSON.stringify(results, null, 2) + "\n")
+  log(`wrote ${path.join("bench", "results", "latest.json")} (${results.seconds.toFixed(0)} s)`)
+}
+
+main().catch((error: unknown) => {
+  console.error(error)
+  process.exit(1)
+})

@@ -1,0 +1,399 @@
+/**
+ * Sessions persisted in SQL through any `@effect/sql` `SqlClient` on SQLite (embedded) or
+ * Postgres (shared by many processes and machines) (SPEC §4.3, PERS-05).
+ *
+ * Tables (`effect_agent_*`) are created on first use by a versioned migration recorded in
+ * `effect_agent_migrations`: one row per session (its header), one row per event with a unique
+ * `(session_id, seq)`, and one lease row per open writer.
+ *
+ * @since 0.1.0
+ */
+import { SqlClient } from "@effect/sql/SqlClient"
+import type { Array as Arr } from "effect"
+import { Chunk, Clock, Duration, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Scope, Stream } from "effect"
+import * as os from "node:os"
+import * as lease from "./internal/sqlLease.js"
+import { decodeEvents, decodeHeader, eventRecord, headerRecord, persistenceError } from "./internal/sqlLog.js"
+import type { EventRow } from "./internal/sqlLog.js"
+import { dialectOf, migrate } from "./internal/sqlSchema.js"
+import type { SessionId } from "./Message.js"
+import { sessionId } from "./Message.js"
+import * as SessionError from "./SessionError.js"
+import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
+import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
+import { SessionPersistence } from "./SessionPersistence.js"
+
+/**
+ * When an append is acknowledged (PERS-04). An append is acknowledged when its transaction
+ * committed; what "committed" guarantees is the database's:
+ *
+ * - SQLite: `"fsync"` (default) sets `PRAGMA synchronous = FULL` when the layer is built, so every
+ *   commit is synced; `"buffered"` sets `PRAGMA synchronous = NORMAL`, which in WAL mode (the
+ *   `@effect/sql-sqlite-node` default) hands commits to the OS without a sync — they survive a
+ *   crash of the process, not of the machine. Either pragma applies to the whole connection, so to
+ *   everything else the application runs on the same client.
+ * - Postgres: the option is ignored; durability is the server's `synchronous_commit` (on by
+ *   default: a commit returns once its WAL is flushed).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Durability = "fsync" | "buffered"
+
+/**
+ * @since 0.1.0
+ * @category models
+ */
+export interface Options {
+  /** Default `"fsync"`; see {@link Durability}. */
+  readonly durability?: Durability | undefined
+  /**
+   * How long a writer's lease lasts without renewal (default 30 seconds). The writer renews it
+   * every ttl/3; a lease not renewed for a ttl (its process died or hung) may be taken over. Lease
+   * times come from each process's `Clock`, so the clocks of the machines sharing a database must
+   * agree to well within a ttl.
+   */
+  readonly leaseTtl?: Duration.DurationInput | undefined
+  /** Names this process in lease rows (default: a random id). */
+  readonly instanceId?: string | undefined
+}
+
+type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
+
+interface WriterState {
+  nextSeq: number
+  /** Released or discarded: appends are refused. */
+  isClosed: boolean
+  /** The renewal found the lease taken over: appends are refused without a round trip. */
+  isLost: boolean
+}
+
+const conflict = (id: SessionId, expectedSeq: number, actualSeq: number) =>
+  new SessionError.SessionConflict({ id, expectedSeq, actualSeq })
+
+/** Rows per `INSERT`: 5 parameters each stays far below every driver's parameter limit. */
+const INSERT_CHUNK = 200
+
+/** Sessions per page of `list`. */
+const LIST_PAGE = 500
+
+const assertSessionId = (id: string): Effect.Effect<void> =>
+  Either.isRight(sessionId(id))
+    ? Effect.void
+    : Effect.dieMessage(`bug: ${JSON.stringify(id)} is not a SessionId and cannot name a stored session`)
+
+/**
+ * Runs `build` in a child of the caller's Scope that is closed at once if `build` fails, so a
+ * failed create/openWrite releases its lease immediately, while a successful one lives as long as
+ * the caller's Scope.
+ */
+const inWriterScope = <A, E, R>(
+  build: Effect.Effect<A, E, R>
+): Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope> =>
+  Effect.flatMap(Effect.scope, (parent) =>
+    Effect.flatMap(Scope.fork(parent, ExecutionStrategy.sequential), (scope) =>
+      build.pipe(
+        Scope.extend(scope),
+        Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
+      )))
+
+const make = (options: Options | undefined) =>
+  Effect.gen(function*() {
+    const client = yield* SqlClient
+    // Our row names are fixed: a client that transforms names (camelCase, …) must not touch them.
+    const sql = client.withoutTransforms()
+    const dialect = dialectOf(sql)
+    if (dialect === undefined) {
+      return yield* new SessionError.PersistenceError({
+        reason: "SqlSessionPersistence runs on SQLite and Postgres clients; this SqlClient is of another dialect"
+      })
+    }
+    const durability: Durability = options?.durability ?? "fsync"
+    const ttl = Duration.decode(options?.leaseTtl ?? Duration.seconds(30))
+    const ttlMillis = Duration.toMillis(ttl)
+    if (!Number.isFinite(ttlMillis) || ttlMillis < 3) {
+      return yield* Effect.dieMessage(`SqlSessionPersistence: leaseTtl must be a finite duration of at least 3 ms`)
+    }
+    const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
+    const leases: lease.LeaseContext = {
+      sql,
+      ttlMillis,
+      holder: `instance ${JSON.stringify(instanceId)} (process ${process.pid} on host ${JSON.stringify(os.hostname())})`
+    }
+
+    if (dialect === "sqlite") {
+      const level = durability === "fsync" ? "FULL" : "NORMAL"
+      yield* sql.unsafe(`PRAGMA synchronous = ${level}`).pipe(
+        Effect.mapError(persistenceError(`setting PRAGMA synchronous = ${level}`))
+      )
+    }
+    yield* migrate(sql, dialect).pipe(
+      Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("migrating the effect-agent tables")(error)))
+    )
+
+    const takeLease = (id: SessionId) =>
+      Effect.acquireRelease(
+        lease.acquire(leases, id).pipe(
+          Effect.catchTag("SqlError", (error) =>
+            Effect.fail(persistenceError(`taking the writer lease of session ${JSON.stringify(id)}`)(error)))
+        ),
+        (held) => lease.release(leases, held)
+      )
+
+    const readLog = (id: SessionId) =>
+      Effect.gen(function*() {
+        const headers = yield* sql<{ readonly header: string }>`SELECT header FROM effect_agent_sessions
+          WHERE session_id = ${id}`
+        const row = headers[0]
+        if (row === undefined) return yield* new SessionError.SessionNotFound({ id })
+        const header = yield* decodeHeader(id, row.header)
+        const rows = yield* sql<EventRow>`SELECT record FROM effect_agent_events WHERE session_id = ${id}
+          ORDER BY seq`
+        const events = yield* decodeEvents(id, rows)
+        return { header, events, tornTailDropped: 0 } satisfies StoredSession
+      }).pipe(
+        Effect.catchTag("SqlError", (error) =>
+          Effect.fail(persistenceError(`reading session ${JSON.stringify(id)}`)(error)))
+      )
+
+    /**
+     * One batch, one transaction (PERS-02, PERS-04): the lease row is renewed only if it still
+     * holds our token (which, on Postgres, locks it until commit), the batch must start at the
+     * stored length, then the rows go in.
+     */
+    const appendBatch = (held: lease.Lease, events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const id = held.id
+        const now = yield* Clock.currentTimeMillis
+        const ours = yield* sql<{ readonly token: string }>`UPDATE effect_agent_leases
+          SET expires_at = ${now + ttlMillis}
+          WHERE session_id = ${id} AND token = ${held.token} RETURNING token`
+        const lengths = yield* sql<{ readonly next_seq: number | string }>`SELECT COALESCE(MAX(seq) + 1, 0) AS next_seq
+          FROM effect_agent_events WHERE session_id = ${id}`
+        const stored = Number(lengths[0]?.next_seq ?? 0)
+        if (ours.length === 0 || events[0].seq !== stored) return yield* conflict(id, events[0].seq, stored)
+        for (let start = 0; start < events.length; start += INSERT_CHUNK) {
+          const rows = events.slice(start, start + INSERT_CHUNK).map((event) => ({
+            session_id: id,
+            seq: event.seq,
+            event_time: event.time,
+            event_type: event.type,
+            record: eventRecord(event)
+          }))
+          yield* sql`INSERT INTO effect_agent_events ${sql.insert(rows)}`
+        }
+        yield* sql`UPDATE effect_agent_sessions SET updated_at = ${now} WHERE session_id = ${id}`
+        return stored + events.length
+      }))
+
+    /** The writer of one session; appends are serialized (the session's writer fiber batches them, SES-02). */
+    const makeWriter = Effect.fnUntraced(function*(held: lease.Lease, nextSeq: number, isCreateMode: boolean) {
+      const id = held.id
+      const state: WriterState = { nextSeq, isClosed: false, isLost: false }
+      const permit = yield* Effect.makeSemaphore(1)
+
+      yield* lease.keepAlive(leases, held, {
+        isClosed: () => state.isClosed,
+        onLost: () => {
+          state.isLost = true
+        }
+      }).pipe(Effect.interruptible, Effect.forkScoped)
+      // Finalizers run in reverse: wait for the batch in flight and refuse new ones, stop renewing,
+      // then release the lease (registered by the caller earlier).
+      yield* Effect.addFinalizer(() => permit.withPermits(1)(Effect.sync(() => (state.isClosed = true))))
+
+      const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
+        permit.withPermits(1)(Effect.suspend(() => {
+          if (state.isClosed || state.isLost) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
+          for (let i = 1; i < events.length; i++) {
+            const seq = events[i]!.seq
+            if (seq !== events[0].seq + i) return Effect.fail(conflict(id, seq, events[0].seq + i))
+          }
+          return appendBatch(held, events).pipe(
+            Effect.tap((length) => Effect.sync(() => (state.nextSeq = length))),
+            Effect.asVoid,
+            Effect.catchTag("SqlError", (error) =>
+              Effect.fail(persistenceError(`appending to session ${JSON.stringify(id)}`)(error)))
+          )
+        }))
+
+      const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
+        ? permit.withPermits(1)(Effect.suspend(() => {
+          if (state.isClosed) return Effect.void
+          state.isClosed = true
+          return sql.withTransaction(Effect.gen(function*() {
+            // Only while the lease is ours: a writer that lost it must not delete its successor's session.
+            const released = yield* sql<{ readonly token: string }>`DELETE FROM effect_agent_leases
+              WHERE session_id = ${id} AND token = ${held.token} RETURNING token`
+            if (released.length === 0) return
+            yield* sql`DELETE FROM effect_agent_events WHERE session_id = ${id}`
+            yield* sql`DELETE FROM effect_agent_sessions WHERE session_id = ${id}`
+          })).pipe(
+            Effect.catchTag("SqlError", (error) =>
+              Effect.fail(persistenceError(`discarding session ${JSON.stringify(id)}`)(error)))
+          )
+        })).pipe(Effect.withSpan("SqlSessionPersistence.discard"))
+        : Effect.fail(
+          new SessionError.PersistenceError({
+            reason: `discard of ${JSON.stringify(id)}: only the writer returned by create may discard its session`
+          })
+        )
+
+      return {
+        append: (events) => append(events).pipe(Effect.withSpan("SqlSessionPersistence.append")),
+        nextSeq: Effect.sync(() => state.nextSeq),
+        discard
+      } satisfies SessionWriter
+    })
+
+    const exists = Effect.fn("SqlSessionPersistence.exists")(function*(id: SessionId) {
+      yield* assertSessionId(id)
+      const rows = yield* sql`SELECT 1 AS found FROM effect_agent_sessions WHERE session_id = ${id}`.pipe(
+        Effect.catchTag("SqlError", (error) =>
+          Effect.fail(persistenceError(`checking session ${JSON.stringify(id)}`)(error)))
+      )
+      return rows.length > 0
+    })
+
+    const create = Effect.fn("SqlSessionPersistence.create")(function*(header: SessionHeader) {
+      const id = header.id
+      yield* assertSessionId(id)
+      const record = headerRecord(header)
+      if (Either.isLeft(decodeHeader(id, record))) {
+        return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
+      }
+      return yield* inWriterScope(Effect.gen(function*() {
+        const held = yield* takeLease(id)
+        const now = yield* Clock.currentTimeMillis
+        const inserted = yield* sql`INSERT INTO effect_agent_sessions (session_id, header, updated_at)
+          VALUES (${id}, ${record}, ${now}) ON CONFLICT (session_id) DO NOTHING RETURNING session_id`.pipe(
+          Effect.catchTag("SqlError", (error) =>
+            Effect.fail(persistenceError(`creating session ${JSON.stringify(id)}`)(error)))
+        )
+        if (inserted.length === 0) return yield* new SessionError.SessionAlreadyExists({ id })
+        return yield* makeWriter(held, 0, true)
+      }))
+    })
+
+    const openWrite = Effect.fn("SqlSessionPersistence.openWrite")(function*(id: SessionId) {
+      yield* assertSessionId(id)
+      // Spares a missing id the lease; the read below is the authoritative check.
+      if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
+      return yield* inWriterScope(Effect.gen(function*() {
+        const held = yield* takeLease(id)
+        const stored = yield* readLog(id)
+        const writer = yield* makeWriter(held, stored.events.length, false)
+        return { writer, stored }
+      }))
+    })
+
+    const read = Effect.fn("SqlSessionPersistence.read")(function*(id: SessionId) {
+      yield* assertSessionId(id)
+      return yield* readLog(id)
+    })
+
+    interface SummaryRow {
+      readonly session_id: string
+      readonly header: string
+      readonly updated_at: number | string
+      readonly event_count: number | string
+    }
+
+    const page = (after: string) =>
+      sql<SummaryRow>`SELECT s.session_id, s.header, s.updated_at,
+          (SELECT COUNT(*) FROM effect_agent_events e WHERE e.session_id = s.session_id) AS event_count
+        FROM effect_agent_sessions s WHERE s.session_id > ${after}
+        ORDER BY s.session_id LIMIT ${LIST_PAGE}`.pipe(
+        Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("listing sessions")(error)))
+      )
+
+    const summary = (row: SummaryRow): Effect.Effect<Option.Option<SessionSummary>> => {
+      const id = sessionId(row.session_id)
+      if (Either.isLeft(id)) {
+        return Effect.as(
+          Effect.logWarning(`effect-agent: listing skips a session row with an invalid id: ${id.left.message}`),
+          Option.none()
+        )
+      }
+      const header = decodeHeader(id.right, row.header)
+      if (Either.isLeft(header)) {
+        return Effect.as(
+          Effect.logWarning(`effect-agent: listing skips a session: ${header.left.message}`),
+          Option.none()
+        )
+      }
+      return Effect.succeed(Option.some({
+        id: id.right,
+        header: header.right,
+        eventCount: Number(row.event_count),
+        updatedAt: Number(row.updated_at)
+      }))
+    }
+
+    const list: Stream.Stream<SessionSummary, SessionError.PersistenceError> = Stream.paginateChunkEffect(
+      "",
+      (after) =>
+        Effect.map(page(after), (rows): [Chunk.Chunk<SummaryRow>, Option.Option<string>] => {
+          const last = rows[rows.length - 1]
+          return [
+            Chunk.unsafeFromArray(rows),
+            rows.length === LIST_PAGE && last !== undefined ? Option.some(last.session_id) : Option.none()
+          ]
+        })
+    ).pipe(
+      Stream.mapEffect(summary),
+      Stream.filterMap((entry) => entry),
+      Stream.withSpan("SqlSessionPersistence.list")
+    )
+
+    const remove = Effect.fn("SqlSessionPersistence.remove")(function*(id: SessionId) {
+      if (!(yield* exists(id))) return
+      // Holding the lease while deleting refuses a session that has a writer, and keeps one from
+      // opening it halfway through.
+      yield* Effect.scoped(Effect.flatMap(takeLease(id), () =>
+        sql.withTransaction(Effect.gen(function*() {
+          yield* sql`DELETE FROM effect_agent_events WHERE session_id = ${id}`
+          yield* sql`DELETE FROM effect_agent_sessions WHERE session_id = ${id}`
+        })).pipe(
+          Effect.catchTag("SqlError", (error) =>
+            Effect.fail(persistenceError(`removing session ${JSON.stringify(id)}`)(error)))
+        )))
+    })
+
+    return SessionPersistence.of({ create, openWrite, read, list, exists, remove })
+  })
+
+/**
+ * SQL persistence on the `SqlClient` of the context (PERS-05): SQLite through
+ * `@effect/sql-sqlite-node`, Postgres through `@effect/sql-pg`. Building the layer creates or
+ * migrates the tables; it fails `PersistenceError` when that fails or the database was migrated by
+ * a newer version of this library.
+ *
+ * - PERS-01: one writer per session across processes and machines, through a lease row with a
+ *   fencing token, renewed every `leaseTtl`/3 while the writer's Scope is open; a second writer
+ *   fails `SessionLocked` at once while the lease is valid. A lease that expired (its process died
+ *   or stalled for a ttl) is taken over with a new token and a warning, and the writer that lost
+ *   it fails `SessionConflict` on its next append, writing nothing.
+ * - PERS-02/04: a batch is one transaction that checks the token and the expected seq; it is
+ *   acknowledged once committed (see {@link Durability}).
+ * - PERS-03: rows are written in transactions, so nothing is torn: any invalid row fails
+ *   `SessionCorrupt` (its `line` is 1 for the header, seq + 2 for an event) and nothing is changed.
+ *
+ * @example
+ * ```ts
+ * import { SqliteClient } from "@effect/sql-sqlite-node"
+ * import { Layer } from "effect"
+ * import * as SqlSessionPersistence from "effect-agent/SqlSessionPersistence"
+ *
+ * const PersistenceLive = SqlSessionPersistence.layer({ durability: "fsync" }).pipe(
+ *   Layer.provide(SqliteClient.layer({ filename: "./sessions.db" }))
+ * )
+ * ```
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (
+  options?: Options | undefined
+): Layer.Layer<SessionPersistence, SessionError.PersistenceError, SqlClient> =>
+  Layer.effect(SessionPersistence, make(options))

@@ -1,0 +1,159 @@
+/**
+ * The single writer of a SQL-persisted session (PERS-01): a row of `effect_agent_leases` holding a
+ * fencing token, a description of its holder and `expires_at` (epoch ms, from the writer's
+ * `Clock`). The holder renews it every ttl/3; once it expired, another writer may take it over
+ * with a new token. Every append checks the token in its own transaction (see `appendBatch`), so a
+ * writer whose lease was taken over writes nothing more.
+ *
+ * Each step is one statement, atomic on its own: `INSERT … ON CONFLICT DO NOTHING` to take a free
+ * lease, a compare-and-set `UPDATE … WHERE token = old AND expires_at <= now` to take an expired
+ * one. On Postgres the `UPDATE` of an append locks the lease row until commit, so a takeover waits
+ * for the append in flight and then sees the renewed `expires_at`.
+ *
+ * @internal
+ */
+import type { SqlClient } from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import { Clock, Effect, Either } from "effect"
+import type { SessionId } from "../Message.js"
+import * as SessionError from "../SessionError.js"
+
+/** @internal */
+export interface LeaseContext {
+  readonly sql: SqlClient
+  readonly ttlMillis: number
+  /** Who new leases are written for (a human-readable description of this process). */
+  readonly holder: string
+}
+
+/** A lease this process holds. @internal */
+export interface Lease {
+  readonly id: SessionId
+  readonly token: string
+}
+
+interface LeaseRow {
+  readonly token: string
+  readonly holder: string
+  readonly expires_at: number | string | bigint
+}
+
+const locked = (id: SessionId, row: LeaseRow) =>
+  new SessionError.SessionLocked({
+    id,
+    holder: `${row.holder}, lease valid until ${new Date(Number(row.expires_at)).toISOString()}`
+  })
+
+/**
+ * Takes the lease of `id` for this process, or fails `SessionLocked` at once with its holder. Not
+ * interruptible in the middle: run it as the acquire of an `acquireRelease`.
+ *
+ * @internal
+ */
+export const acquire = (
+  ctx: LeaseContext,
+  id: SessionId
+): Effect.Effect<Lease, SessionError.SessionLocked | SqlError> => {
+  const { sql } = ctx
+  const attempt = (retries: number): Effect.Effect<Lease, SessionError.SessionLocked | SqlError> =>
+    Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const token = globalThis.crypto.randomUUID()
+      const expiresAt = now + ctx.ttlMillis
+      const inserted = yield* sql<{ readonly token: string }>`INSERT INTO effect_agent_leases
+        (session_id, token, holder, expires_at) VALUES (${id}, ${token}, ${ctx.holder}, ${expiresAt})
+        ON CONFLICT (session_id) DO NOTHING RETURNING token`
+      if (inserted.length > 0) return { id, token }
+
+      const current = yield* sql<LeaseRow>`SELECT token, holder, expires_at FROM effect_agent_leases
+        WHERE session_id = ${id}`
+      const again = (why: string) =>
+        retries > 0
+          ? attempt(retries - 1)
+          : Effect.fail(new SessionError.SessionLocked({ id, holder: `a writer that keeps changing (${why})` }))
+      const row = current[0]
+      if (row === undefined) return yield* again("the lease was released while we looked")
+      if (Number(row.expires_at) > now) return yield* locked(id, row)
+
+      const taken = yield* sql<{ readonly token: string }>`UPDATE effect_agent_leases
+        SET token = ${token}, holder = ${ctx.holder}, expires_at = ${expiresAt}
+        WHERE session_id = ${id} AND token = ${row.token} AND expires_at <= ${now}
+        RETURNING token`
+      if (taken.length === 0) return yield* again("the expired lease changed while we took it over")
+      yield* Effect.logWarning(
+        `effect-agent: took over the expired lease of session ${JSON.stringify(id)} from ${row.holder} ` +
+          `(it expired at ${new Date(Number(row.expires_at)).toISOString()} without being renewed)`
+      )
+      return { id, token }
+    })
+  return attempt(3)
+}
+
+/**
+ * Extends the lease by a ttl from now. `false` when it is no longer ours (taken over after it
+ * expired, or removed).
+ *
+ * @internal
+ */
+export const renew = (ctx: LeaseContext, lease: Lease): Effect.Effect<boolean, SqlError> =>
+  Effect.flatMap(Clock.currentTimeMillis, (now) =>
+    Effect.map(
+      ctx.sql<{ readonly token: string }>`UPDATE effect_agent_leases SET expires_at = ${now + ctx.ttlMillis}
+        WHERE session_id = ${lease.id} AND token = ${lease.token} RETURNING token`,
+      (rows) => rows.length > 0
+    ))
+
+/**
+ * Removes the lease if it is still ours. Never fails: a lease that cannot be removed is reported
+ * by a warning and expires by itself.
+ *
+ * @internal
+ */
+export const release = (ctx: LeaseContext, lease: Lease): Effect.Effect<void> =>
+  ctx.sql`DELETE FROM effect_agent_leases WHERE session_id = ${lease.id} AND token = ${lease.token}`.pipe(
+    Effect.asVoid,
+    Effect.catchAll((error) =>
+      Effect.logWarning(
+        `effect-agent: could not release the lease of session ${JSON.stringify(lease.id)} ` +
+          `(${error.message}); it expires by itself`
+      )
+    )
+  )
+
+/**
+ * Renews the lease every ttl/3 until interrupted. Stops (with a warning, unless the writer was
+ * closed meanwhile) when the lease turns out to have been taken over; a renewal that fails is
+ * logged and retried at the next tick, while the lease may still be valid.
+ *
+ * @internal
+ */
+export const keepAlive = (
+  ctx: LeaseContext,
+  lease: Lease,
+  options: { readonly isClosed: () => boolean; readonly onLost: () => void }
+): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const interval = Math.max(1, Math.floor(ctx.ttlMillis / 3))
+    while (true) {
+      yield* Effect.sleep(interval)
+      if (options.isClosed()) return
+      const renewed = yield* Effect.either(renew(ctx, lease))
+      if (Either.isLeft(renewed)) {
+        yield* Effect.logWarning(
+          `effect-agent: could not renew the lease of session ${JSON.stringify(lease.id)} ` +
+            `(${renewed.left.message}); retrying in ${interval} ms`
+        )
+        continue
+      }
+      if (!renewed.right) {
+        options.onLost()
+        if (!options.isClosed()) {
+          yield* Effect.logWarning(
+            `effect-agent: the lease of session ${JSON.stringify(lease.id)} was taken over by another writer; ` +
+              "appends through this writer fail SessionConflict: dispose the agent and resume it"
+          )
+        }
+        return
+      }
+    }
+  })

@@ -1,0 +1,363 @@
+import { SqlClient } from "@effect/sql/SqlClient"
+import { SqliteClient } from "@effect/sql-sqlite-node"
+import { assert, describe, it } from "@effect/vitest"
+import { Chunk, Clock, Effect, Exit, Layer, Logger, Schema, Scope, Stream, TestClock } from "effect"
+import { AgentRegistry } from "../src/AgentRegistry.js"
+import * as AgentRuntime from "../src/AgentRuntime.js"
+import * as Message from "../src/Message.js"
+import * as Model from "../src/Model.js"
+import * as SessionPersistence from "../src/SessionPersistence.js"
+import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
+import * as Tool from "../src/Tool.js"
+import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+
+/** A fresh in-memory SQLite database per build. */
+const sqliteMemory = SqliteClient.layer({ filename: ":memory:" })
+
+conformance(
+  "SqlSessionPersistence.layer on SQLite conformance (PERS-06)",
+  () => SqlSessionPersistence.layer().pipe(Layer.provideMerge(sqliteMemory))
+)
+
+const TTL = 30_000
+
+/** The persistence of one "process" (`instanceId`) over the database of the context. */
+const instance = (instanceId: string, options?: SqlSessionPersistence.Options) =>
+  Effect.provide(
+    SessionPersistence.SessionPersistence,
+    SqlSessionPersistence.layer({ leaseTtl: TTL, instanceId, ...options })
+  )
+
+/** Collects log lines (level and message) while `effect` runs. */
+const withLogs = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.gen(function*() {
+    const lines: Array<string> = []
+    const logger = Logger.make(({ logLevel, message }) => {
+      lines.push(`${logLevel.label} ${Array.isArray(message) ? message.join(" ") : String(message)}`)
+    })
+    const result = yield* effect.pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger)))
+    return [result, lines] as const
+  })
+
+/**
+ * A clock that reads the time of `clock` but whose sleeps never end: a process stalled (a long
+ * GC pause, a frozen VM) whose lease renewal never comes.
+ */
+const stalled = (clock: Clock.Clock): Clock.Clock => ({
+  [Clock.ClockTypeId]: Clock.ClockTypeId,
+  unsafeCurrentTimeMillis: () => clock.unsafeCurrentTimeMillis(),
+  unsafeCurrentTimeNanos: () => clock.unsafeCurrentTimeNanos(),
+  currentTimeMillis: clock.currentTimeMillis,
+  currentTimeNanos: clock.currentTimeNanos,
+  sleep: () => Effect.never
+})
+
+const inSqlite = <A, E>(body: Effect.Effect<A, E, SqlClient | Scope.Scope>) =>
+  Effect.scoped(body).pipe(Effect.provide(sqliteMemory))
+
+describe("SqlSessionPersistence on SQLite", () => {
+  it.effect("PERS-05 tables are created by a versioned migration, once", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      yield* instance("first")
+      yield* instance("second")
+      const versions = yield* sql<{ readonly version: number }>`SELECT version FROM effect_agent_migrations`
+      assert.deepStrictEqual(versions.map((row) => row.version), [1])
+      const tables = yield* sql<{ readonly name: string }>`SELECT name FROM sqlite_master
+        WHERE type = 'table' AND name LIKE 'effect_agent_%' ORDER BY name`
+      assert.deepStrictEqual(tables.map((row) => row.name), [
+        "effect_agent_events",
+        "effect_agent_leases",
+        "effect_agent_migrations",
+        "effect_agent_sessions"
+      ])
+    })))
+
+  it.effect("PERS-05 a database migrated by a newer version fails the layer with PersistenceError", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      yield* instance("first")
+      yield* sql`INSERT INTO effect_agent_migrations (version, name, applied_at) VALUES (2, 'future', 0)`
+      const refused = yield* Effect.flip(instance("second"))
+      assert.strictEqual(refused._tag, "PersistenceError")
+      assert.include(refused.reason, "schema version 2")
+    })))
+
+  it.effect("PERS-05 one row per event with a unique (session_id, seq), one header row per session", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const persistence = yield* instance("rows")
+      const id = sid("rows")
+      yield* Effect.scoped(Effect.flatMap(persistence.create(header(id)), (writer) =>
+        Effect.zipRight(writer.append(notes(0, 2)), writer.append(notes(2, 1)))))
+      const sessions = yield* sql<{ readonly session_id: string; readonly header: string }>`SELECT session_id, header
+        FROM effect_agent_sessions`
+      assert.deepStrictEqual(sessions.map((row) => [row.session_id, JSON.parse(row.header)]), [[id, header(id)]])
+      const events = yield* sql<{ readonly seq: number; readonly event_type: string; readonly record: string }>`SELECT
+        seq, event_type, record FROM effect_agent_events WHERE session_id = ${id} ORDER BY seq`
+      assert.deepStrictEqual(events.map((row) => [row.seq, row.event_type, JSON.parse(row.record)]), [
+        [0, "test/note", notes(0, 1)[0]],
+        [1, "test/note", notes(1, 1)[0]],
+        [2, "test/note", notes(2, 1)[0]]
+      ])
+      const duplicate = yield* Effect.flip(
+        sql`INSERT INTO effect_agent_events (session_id, seq, event_time, event_type, record)
+          VALUES (${id}, 1, 0, 'x/y', '{}')`
+      )
+      assert.strictEqual(duplicate._tag, "SqlError")
+      // Released writers leave no lease behind.
+      assert.deepStrictEqual(yield* sql`SELECT * FROM effect_agent_leases`, [])
+    })))
+
+  it.effect("PERS-04 fsync durability sets PRAGMA synchronous = FULL; buffered sets NORMAL", () =>
+    Effect.gen(function*() {
+      const synchronous = (durability: SqlSessionPersistence.Durability) =>
+        inSqlite(Effect.gen(function*() {
+          const sql = yield* SqlClient
+          yield* instance("pragma", { durability })
+          const rows = yield* sql<{ readonly synchronous: number }>`PRAGMA synchronous`
+          return rows[0]?.synchronous
+        }))
+      assert.strictEqual(yield* synchronous("fsync"), 2)
+      assert.strictEqual(yield* synchronous("buffered"), 1)
+    }))
+
+  it.effect("PERS-04 the appends of one batch are one transaction: a failing batch stores none of it", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const persistence = yield* instance("atomic")
+      const id = sid("atomic")
+      const writer = yield* persistence.create(header(id))
+      yield* writer.append(notes(0, 1))
+      // The row of seq 300 is refused, after the first INSERT of the batch went in.
+      yield* sql.unsafe(`CREATE TRIGGER refuse_300 BEFORE INSERT ON effect_agent_events
+        WHEN NEW.seq = 300 BEGIN SELECT RAISE(ABORT, 'injected failure'); END`)
+      const failed = yield* Effect.flip(writer.append(notes(1, 500)))
+      assert.strictEqual(failed._tag, "PersistenceError")
+      const seqs = yield* sql<{ readonly seq: number }>`SELECT seq FROM effect_agent_events WHERE session_id = ${id}
+        ORDER BY seq`
+      assert.deepStrictEqual(seqs.map((row) => row.seq), [0])
+      assert.strictEqual(yield* writer.nextSeq, 1)
+      yield* sql`DROP TRIGGER refuse_300`
+      yield* writer.append(notes(1, 500))
+      assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 501))
+    })))
+
+  it.effect("PERS-01 a valid lease blocks every other instance; renewal every ttl/3 keeps it valid", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const first = yield* instance("first")
+      const second = yield* instance("second")
+      const id = sid("leased")
+      const scope = yield* Scope.make()
+      const writer = yield* first.create(header(id)).pipe(Scope.extend(scope))
+      yield* writer.append(notes(0, 1))
+
+      const locked = yield* Effect.flip(Effect.scoped(second.openWrite(id)))
+      assert.strictEqual(locked._tag, "SessionLocked")
+      if (locked._tag === "SessionLocked") assert.include(locked.holder, "\"first\"")
+      assert.strictEqual((yield* Effect.flip(second.remove(id)))._tag, "SessionLocked")
+
+      // Ten ttls later the lease is still held: each tick of ttl/3 renewed it.
+      const expiresAt = Effect.map(
+        sql<{ readonly expires_at: number }>`SELECT expires_at FROM effect_agent_leases WHERE session_id = ${id}`,
+        (rows) => Number(rows[0]?.expires_at)
+      )
+      for (let i = 0; i < 30; i++) {
+        const before = yield* expiresAt
+        yield* TestClock.adjust(TTL / 3)
+        assert.strictEqual(yield* expiresAt, before + TTL / 3)
+      }
+      assert.strictEqual((yield* Effect.flip(Effect.scoped(second.openWrite(id))))._tag, "SessionLocked")
+      yield* writer.append(notes(1, 1))
+
+      yield* Scope.close(scope, Exit.void)
+      const { stored } = yield* Effect.scoped(second.openWrite(id))
+      assert.deepStrictEqual(stored.events, notes(0, 2))
+    })))
+
+  it.effect("PERS-05 an expired lease is taken over with a new token; the stale writer fails SessionConflict", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const first = yield* instance("stalled")
+      const second = yield* instance("taker")
+      const id = sid("takeover")
+      const clock = yield* Effect.clock
+      // The first writer's process stalls right after creating: it never renews its lease.
+      const stale = yield* first.create(header(id)).pipe(Effect.withClock(stalled(clock)))
+      yield* stale.append(notes(0, 2))
+      const [before] = yield* sql<{ readonly token: string }>`SELECT token FROM effect_agent_leases`
+
+      yield* TestClock.adjust(TTL - 1)
+      assert.strictEqual((yield* Effect.flip(Effect.scoped(second.openWrite(id))))._tag, "SessionLocked")
+      yield* TestClock.adjust(1)
+
+      const [{ stored, writer }, logs] = yield* withLogs(second.openWrite(id))
+      assert.deepStrictEqual(stored.events, notes(0, 2))
+      assert.isTrue(
+        logs.some((l) => l.startsWith("WARN") && l.includes("took over") && l.includes("\"stalled\"")),
+        logs.join("\n")
+      )
+      const [after] = yield* sql<{ readonly token: string; readonly holder: string }>`SELECT token, holder
+        FROM effect_agent_leases`
+      assert.notStrictEqual(after?.token, before?.token)
+      assert.include(after?.holder ?? "", "\"taker\"")
+
+      // The stale writer wakes up: its append is refused and writes nothing.
+      const refused = yield* Effect.flip(stale.append(notes(2, 1)))
+      assert.strictEqual(refused._tag, "SessionConflict")
+      assert.deepStrictEqual((yield* second.read(id)).events, notes(0, 2))
+      // Nor can it discard what is no longer its session, or release the new lease.
+      yield* writer.append(notes(2, 1))
+      assert.deepStrictEqual((yield* second.read(id)).events, notes(0, 3))
+      yield* stale.discard
+      assert.isTrue(yield* second.exists(id))
+      assert.strictEqual((yield* Effect.flip(Effect.scoped(first.openWrite(id))))._tag, "SessionLocked")
+    })))
+
+  it.effect("PERS-05 a writer whose lease was taken over learns it at the next renewal and stops renewing", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const first = yield* instance("first")
+      const second = yield* instance("second")
+      const id = sid("lost")
+      const [writer, logs] = yield* withLogs(Effect.gen(function*() {
+        const writer = yield* first.create(header(id))
+        yield* writer.append(notes(0, 1))
+        // An operator (or a partition) let the lease expire behind the writer's back.
+        yield* sql`UPDATE effect_agent_leases SET expires_at = 0`
+        yield* Effect.scoped(Effect.flatMap(second.openWrite(id), ({ writer }) => writer.append(notes(1, 1))))
+        yield* TestClock.adjust(TTL / 3)
+        return writer
+      }))
+      assert.isTrue(logs.some((l) => l.startsWith("WARN") && l.includes("taken over")), logs.join("\n"))
+      const refused = yield* Effect.flip(writer.append(notes(1, 1)))
+      assert.strictEqual(refused._tag, "SessionConflict")
+      assert.deepStrictEqual((yield* second.read(id)).events, notes(0, 2))
+    })))
+
+  it.effect("PERS-03 a bad row fails SessionCorrupt{line} (or SessionFormatUnsupported) and changes nothing", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const persistence = yield* instance("reader")
+      const cases: ReadonlyArray<readonly [string, string, number]> = [
+        ["not-json", "{\"seq\":1,", 3],
+        ["schema", JSON.stringify({ seq: 1, time: 0, type: "turn/start", data: { turn: 0 } }), 3],
+        ["seq", JSON.stringify({ ...notes(1, 1)[0], seq: 7 }), 3]
+      ]
+      for (const [name, record, line] of cases) {
+        const id = sid(`bad-${name}`)
+        yield* Effect.scoped(Effect.flatMap(persistence.create(header(id)), (writer) => writer.append(notes(0, 3))))
+        yield* sql`UPDATE effect_agent_events SET record = ${record} WHERE session_id = ${id} AND seq = 1`
+        const read = yield* Effect.flip(persistence.read(id))
+        assert.strictEqual(read._tag, "SessionCorrupt", name)
+        if (read._tag === "SessionCorrupt") assert.strictEqual(read.line, line, name)
+        const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+        assert.strictEqual(opened._tag, "SessionCorrupt", name)
+        const [row] = yield* sql<{ readonly record: string }>`SELECT record FROM effect_agent_events
+          WHERE session_id = ${id} AND seq = 1`
+        assert.strictEqual(row?.record, record, name)
+        // The failed openWrite released its lease.
+        assert.deepStrictEqual(yield* sql`SELECT * FROM effect_agent_leases`, [], name)
+      }
+
+      const newer = sid("newer")
+      yield* Effect.scoped(persistence.create(header(newer)))
+      yield* sql`UPDATE effect_agent_sessions SET header = ${JSON.stringify({ ...header(newer), version: 2 })}
+        WHERE session_id = ${newer}`
+      assert.strictEqual((yield* Effect.flip(persistence.read(newer)))._tag, "SessionFormatUnsupported")
+      const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(newer)))
+      assert.strictEqual(opened._tag, "SessionFormatUnsupported")
+
+      const foreign = sid("foreign")
+      yield* Effect.scoped(persistence.create(header(foreign)))
+      yield* sql`UPDATE effect_agent_sessions SET header = '{"name":"package"}' WHERE session_id = ${foreign}`
+      const notSession = yield* Effect.flip(persistence.read(foreign))
+      assert.strictEqual(notSession._tag, "SessionCorrupt")
+      if (notSession._tag === "SessionCorrupt") assert.strictEqual(notSession.line, 1)
+    })))
+
+  it.effect("PERS-01 concurrent creates of one id have exactly one winner", () =>
+    inSqlite(Effect.gen(function*() {
+      const instances = [yield* instance("a"), yield* instance("b"), yield* instance("c")]
+      const race = sid("race")
+      const outcomes = yield* Effect.forEach(
+        Array.from({ length: 9 }, (_, i) => instances[i % 3]!),
+        (persistence) => Effect.either(persistence.create(header(race))),
+        { concurrency: "unbounded" }
+      )
+      assert.strictEqual(outcomes.filter((o) => o._tag === "Right").length, 1)
+      for (const outcome of outcomes) {
+        if (outcome._tag === "Left") assert.include(["SessionLocked", "SessionAlreadyExists"], outcome.left._tag)
+      }
+    })))
+
+  it.effect("PERS-05 RES-03 an agent runs over SQLite, and another process resumes it after a crash", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const model = yield* Model.scripted([
+        [Model.text("let me look"), Model.toolCall("c1", "lookup", "{\"key\":\"a\"}")],
+        Model.text("a is known"),
+        Model.hang("")
+      ])
+      const lookup = Tool.make({
+        name: "lookup",
+        description: "Looks a key up.",
+        parameters: Schema.Struct({ key: Schema.String }),
+        run: ({ key }) => Effect.succeed(Tool.text(`value of ${key}`))
+      })
+      const runtime = (instanceId: string) =>
+        Layer.build(
+          AgentRuntime.layer.pipe(
+            Layer.provideMerge(SqlSessionPersistence.layer({ instanceId, leaseTtl: TTL })),
+            Layer.provide(model.layer)
+          )
+        )
+      const clock = yield* Effect.clock
+      // The first process runs a turn, starts another and stalls inside it: its lease lapses.
+      const first = yield* runtime("first")
+      const before = yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const handle = yield* registry.create({
+          sessionId: "sql-agent",
+          options: { provider: "scripted", model: "test" },
+          setup: (agent) => agent.tools.register(lookup)
+        })
+        yield* handle.agent.followup(Message.user("q1", { id: "m-q1" }))
+        yield* handle.agent.whenIdle
+        yield* handle.agent.followup(Message.user("q2", { id: "m-q2" }))
+        yield* model.awaitRequest(3)
+        return yield* handle.agent.session.events
+      }).pipe(Effect.provide(first), Effect.withClock(stalled(clock)))
+      const stored = yield* sql<{ readonly n: number }>`SELECT COUNT(*) AS n FROM effect_agent_events`
+      assert.strictEqual(stored[0]?.n, before.length)
+
+      yield* TestClock.adjust(TTL)
+      const [resumed] = yield* withLogs(Effect.gen(function*() {
+        const second = yield* runtime("second")
+        return yield* Effect.gen(function*() {
+          const registry = yield* AgentRegistry
+          const handle = yield* registry.resume({ sessionId: "sql-agent" })
+          const events = yield* handle.agent.session.events
+          yield* handle.dispose
+          return events
+        }).pipe(Effect.provide(second))
+      }))
+      // The open turn 2 was closed durably by repair; turn 1 came back exactly.
+      assert.deepStrictEqual(resumed.slice(0, before.length), before)
+      assert.deepStrictEqual(resumed.slice(before.length).map((e) => e.type), ["step/end", "turn/end"])
+      assert.deepStrictEqual(resumed[resumed.length - 1]?.data, { turn: 2, reason: { kind: "interrupted" } })
+      const persistence = yield* instance("reader")
+      assert.deepStrictEqual((yield* persistence.read(sid("sql-agent"))).events, resumed)
+    })))
+
+  it.effect("PERS-06 list pages through many sessions in id order", () =>
+    inSqlite(Effect.gen(function*() {
+      const persistence = yield* instance("lister")
+      const ids = Array.from({ length: 1_001 }, (_, i) => sid(`s-${String(i).padStart(5, "0")}`))
+      yield* Effect.forEach(ids, (id) => Effect.scoped(persistence.create(header(id))), { discard: true })
+      const listed = Chunk.toArray(yield* Stream.runCollect(persistence.list))
+      assert.deepStrictEqual(listed.map((summary) => summary.id), ids)
+      assert.isTrue(listed.every((summary) => summary.eventCount === 0))
+    })))
+})
