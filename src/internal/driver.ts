@@ -8,6 +8,7 @@
 import type { Array as Arr, Runtime } from "effect"
 import {
   Cause,
+  Data,
   Deferred,
   Effect,
   Either,
@@ -99,24 +100,52 @@ export interface Driver {
 const ABORTED_TEXT = "The tool was interrupted by a cancellation while it was running. It may have partly run: " +
   "verify its side effects before retrying it."
 const ABORTED_BEFORE_DISPATCH_TEXT = "The tool was not started: the turn was cancelled before it was dispatched."
+const DEFECT_TEXT = "The tool failed unexpectedly (a defect); its side effects are unknown."
+
+interface Finish {
+  readonly reason: "stop" | "tool-calls" | "max-tokens"
+  readonly usage?: Usage | undefined
+}
+
+interface ToolOutcome {
+  readonly message: ToolResultMessage
+  readonly error?: { readonly name: string; readonly code: string }
+}
 
 interface PendingCall {
   readonly callId: string
   readonly name: string
   readonly arguments: string
   state: "waiting" | "started" | "done"
-  result: { readonly message: ToolResultMessage; readonly error?: { readonly name: string; readonly code: string } } | undefined
+  result: ToolOutcome | undefined
 }
 
 /** What the current turn has written so far, for landing a cancel safely (CAN-05). */
 class TurnContext {
+  /** Steps opened so far: a turn that opened none ends its drain (DLV-09). */
+  steps = 0
   openStep: number | undefined = undefined
+  /** The route of the current step's request (the source of an interrupted assistant message). */
+  route: Tool.Route | undefined = undefined
   streamedText = ""
   streamedReasoning = ""
   streaming = false
   calls: Array<PendingCall> = []
   logged = 0
   constructor(readonly turn: number) {}
+}
+
+/**
+ * A durable write of the loop failed. The activity ends without writing anything more and the
+ * agent is broken until it is resumed, which repairs the open turn (SES-02b).
+ */
+class LogWriteFailed extends Data.TaggedError("LogWriteFailed")<{ readonly cause: unknown }> {}
+
+/** What a finished turn tells its drain. */
+interface TurnOutcome {
+  readonly reason: TurnEndReason
+  /** A normal end after at least one step: pending follow-ups start the next turn (TURN-07, DLV-09). */
+  readonly continues: boolean
 }
 
 const textResult = (
@@ -131,6 +160,11 @@ const textResult = (
   content: [{ type: "text", text }],
   isError
 })
+
+const isNonEmpty = <A>(as: Array<A>): as is Arr.NonEmptyArray<A> => as.length > 0
+
+const isInvalidEventData = (error: unknown): error is SessionError.InvalidEventData =>
+  typeof error === "object" && error !== null && "_tag" in error && error._tag === "InvalidEventData"
 
 /** @internal */
 export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
@@ -168,7 +202,10 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
         return deps.emit(AgentEvent.AgentError({
           agent: deps.id,
           turn,
-          error: { message: "a durable write failed; the agent takes no more input until it is resumed", code: "PERSISTENCE" }
+          error: {
+            message: "a durable write failed; the agent takes no more input until it is resumed",
+            code: "PERSISTENCE"
+          }
         }))
       })
 
@@ -176,9 +213,31 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
 
     // ---------------------------------------------------------------------------------------------
     // the turn/step loop
+    //
+    // A turn runs uninterruptible: every durable write and the bookkeeping that goes with it (what
+    // `closers` reads) happen together, so a cancel can never land between "written" and "known to
+    // be written". Only the waits are interruptible: hooks, the model stream and tool bodies.
 
-    const currentCause = Effect.map(SynchronizedRef.get(state), (phase) =>
-      phase._tag === "Idle" ? Option.none<CancelCause>() : phase.cause)
+    /**
+     * A durable write of the loop that failed, or died, breaks the agent (SES-02b, SPEC §9). Invalid
+     * data is not a write failure: only a `preStep` hook can supply it (messages it enters), and
+     * that ends the turn `error` like any hook failure.
+     */
+    const asWriteFailure = <A, E>(
+      self: Effect.Effect<A, E>
+    ): Effect.Effect<A, LogWriteFailed | SessionError.InvalidEventData> =>
+      Effect.catchAllCause(self, (cause): Effect.Effect<never, LogWriteFailed | SessionError.InvalidEventData> => {
+        if (Cause.isInterruptedOnly(cause)) return Effect.interrupt
+        const failure = Cause.failureOption(cause)
+        if (Option.isSome(failure) && isInvalidEventData(failure.value)) return Effect.fail(failure.value)
+        return Effect.fail(new LogWriteFailed({ cause: Cause.squash(cause) }))
+      })
+
+    /** Appends core events as one batch. */
+    const write = (events: Arr.NonEmptyReadonlyArray<CoreEventInput>) => asWriteFailure(appendCore(events))
+
+    /** The activity's cancel cause has been set (read without effects; reset when an activity forks). */
+    const isCanceled = () => Option.isSome(cancelCell)
 
     const resolveRoute = (turn: number, step: number) =>
       Effect.gen(function*() {
@@ -193,79 +252,99 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
           ...(maxTokens !== undefined ? { maxTokens } : {}),
           ...(system !== undefined ? { system } : {})
         }
-        return Option.some(yield* deps.hooks.runRequest({ agent: deps.agent(), turn, step }, route))
+        const hooked = yield* Effect.interruptible(deps.hooks.runRequest({ agent: deps.agent(), turn, step }, route))
+        return Option.some(hooked)
       })
 
+    /**
+     * Runs one call: its `tool/call` is written and the call marked started together, then only the
+     * body is interruptible. An interrupted body leaves the call `started` (closers log `ABORTED`).
+     */
     const runTool = (ctx: TurnContext, step: number, call: PendingCall, tools: ReadonlyMap<string, Tool.Any>) =>
-      Effect.gen(function*() {
-        call.state = "started"
-        yield* appendCore([{
-          type: "tool/call",
-          data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
-        }])
-        yield* deps.emit(AgentEvent.ToolCallStarted({ agent: deps.id, turn: ctx.turn, step, callId: call.callId, name: call.name }))
-        const tool = tools.get(call.name)
-        let concludes = false
-        if (tool === undefined) {
-          call.result = {
-            message: textResult(call, `Unknown tool ${JSON.stringify(call.name)}.`, true),
-            error: { name: "ToolNotFound", code: "TOOL_NOT_FOUND" }
-          }
-        } else {
-          const args = deps.decodeArguments(tool, call.arguments)
-          if (Either.isLeft(args)) {
+      Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          yield* write([{
+            type: "tool/call",
+            data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
+          }])
+          call.state = "started"
+          yield* deps.emit(
+            AgentEvent.ToolCallStarted({ agent: deps.id, turn: ctx.turn, step, callId: call.callId, name: call.name })
+          )
+          const tool = tools.get(call.name)
+          let concludes = false
+          if (tool === undefined) {
             call.result = {
-              message: textResult(call, args.left, true),
-              error: { name: "InvalidToolArguments", code: "INVALID_ARGUMENTS" }
+              message: textResult(call, `Unknown tool ${JSON.stringify(call.name)}.`, true),
+              error: { name: "ToolNotFound", code: "TOOL_NOT_FOUND" }
             }
           } else {
-            const exit = yield* Effect.exit(
-              tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId })
-            )
-            if (Exit.isSuccess(exit)) {
+            const args = deps.decodeArguments(tool, call.arguments)
+            if (Either.isLeft(args)) {
               call.result = {
-                message: {
-                  id: `tool:${call.callId}` as MessageId,
-                  role: "tool",
-                  toolCallId: call.callId,
-                  toolName: call.name,
-                  content: exit.value.content,
-                  isError: exit.value.isError === true
-                }
+                message: textResult(call, args.left, true),
+                error: { name: "InvalidToolArguments", code: "INVALID_ARGUMENTS" }
               }
-              concludes = exit.value.concludesTurn === true
             } else {
-              const failure = Cause.failureOption(exit.cause)
-              if (Option.isNone(failure)) return yield* Effect.failCause(exit.cause)
-              const error = failure.value
-              const name = typeof error === "object" && error !== null && "_tag" in error
-                ? String((error as { readonly _tag: unknown })._tag)
-                : "ToolFailed"
-              const text = error instanceof Error ? error.message : typeof error === "string" ? error : name
-              call.result = {
-                message: textResult(call, `The tool failed: ${text}`, true),
-                error: { name, code: "TOOL_FAILED" }
+              const exit = yield* Effect.exit(
+                restore(tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }))
+              )
+              if (Exit.isSuccess(exit)) {
+                call.result = {
+                  message: {
+                    id: `tool:${call.callId}` as MessageId,
+                    role: "tool",
+                    toolCallId: call.callId,
+                    toolName: call.name,
+                    content: exit.value.content,
+                    isError: exit.value.isError === true
+                  }
+                }
+                concludes = exit.value.concludesTurn === true
+              } else if (Cause.isInterruptedOnly(exit.cause)) {
+                return yield* Effect.failCause(exit.cause)
+              } else {
+                const failure = Cause.failureOption(exit.cause)
+                if (Option.isNone(failure)) {
+                  // a defect ends the turn `error`; the call still gets a result that says so
+                  call.result = {
+                    message: textResult(call, DEFECT_TEXT, true),
+                    error: { name: "ToolDefect", code: "TOOL_DEFECT" }
+                  }
+                  call.state = "done"
+                  return yield* Effect.failCause(exit.cause)
+                }
+                const error = failure.value
+                const name = typeof error === "object" && error !== null && "_tag" in error
+                  ? String((error as { readonly _tag: unknown })._tag)
+                  : "ToolFailed"
+                const text = error instanceof Error ? error.message : typeof error === "string" ? error : name
+                call.result = {
+                  message: textResult(call, `The tool failed: ${text}`, true),
+                  error: { name, code: "TOOL_FAILED" }
+                }
               }
             }
           }
-        }
-        call.state = "done"
-        yield* deps.emit(AgentEvent.ToolCallFinished({
-          agent: deps.id,
-          turn: ctx.turn,
-          step,
-          callId: call.callId,
-          isError: call.result?.message.isError === true
-        }))
-        return concludes
-      })
+          call.state = "done"
+          yield* deps.emit(AgentEvent.ToolCallFinished({
+            agent: deps.id,
+            turn: ctx.turn,
+            step,
+            callId: call.callId,
+            isError: call.result?.message.isError === true
+          }))
+          return concludes
+        })
+      )
 
     /** Logs, in model order, the results of calls that are done and come before any unfinished one. */
     const flushResults = (ctx: TurnContext, step: number) =>
       Effect.suspend(() => {
         const events: Array<CoreEventInput> = []
-        while (ctx.logged < ctx.calls.length) {
-          const call = ctx.calls[ctx.logged]!
+        let logged = ctx.logged
+        while (logged < ctx.calls.length) {
+          const call = ctx.calls[logged]!
           if (call.state !== "done" || call.result === undefined) break
           events.push({
             type: "tool/result",
@@ -276,9 +355,12 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
               ...(call.result.error !== undefined ? { error: call.result.error } : {})
             }
           })
-          ctx.logged++
+          logged++
         }
-        return events.length === 0 ? Effect.void : Effect.asVoid(appendCore(events as unknown as Arr.NonEmptyReadonlyArray<CoreEventInput>))
+        if (!isNonEmpty(events)) return Effect.void
+        return Effect.map(write(events), () => {
+          ctx.logged = logged
+        })
       })
 
     const runTools = (ctx: TurnContext, step: number) =>
@@ -299,9 +381,10 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
           }
         }
         for (const group of groups) {
-          const results = yield* Effect.forEach(group, (call) => runTool(ctx, step, call, byName), {
-            concurrency: maxParallel
-          })
+          // interruptible, so a cancel reaches the running bodies (each guards its own bookkeeping)
+          const results = yield* Effect.interruptible(
+            Effect.forEach(group, (call) => runTool(ctx, step, call, byName), { concurrency: maxParallel })
+          )
           if (results.some((c) => c)) concludes = true
           yield* flushResults(ctx, step)
         }
@@ -317,18 +400,26 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
           ctx.streamedReasoning = ""
           ctx.streaming = true
           const calls: Array<{ readonly callId: string; readonly name: string; readonly arguments: string }> = []
-          let finish: { readonly reason: "stop" | "tool-calls" | "max-tokens"; readonly usage?: Usage | undefined } | undefined
-          const exit = yield* Effect.exit(
+          let finish: Finish | undefined
+          const exit = yield* Effect.exit(Effect.interruptible(
             deps.model.stream(request).pipe(
               Stream.runForEach((chunk: ModelChunk) => {
                 switch (chunk._tag) {
                   case "TextDelta":
                     ctx.streamedText += chunk.text
-                    return deps.emit(AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "text", text: chunk.text }))
+                    return deps.emit(
+                      AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "text", text: chunk.text })
+                    )
                   case "ReasoningDelta":
                     ctx.streamedReasoning += chunk.text
                     return deps.emit(
-                      AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "reasoning", text: chunk.text })
+                      AgentEvent.ModelDelta({
+                        agent: deps.id,
+                        turn: ctx.turn,
+                        step,
+                        kind: "reasoning",
+                        text: chunk.text
+                      })
                     )
                   case "ToolCall":
                     calls.push({ callId: chunk.callId, name: chunk.name, arguments: chunk.arguments })
@@ -339,21 +430,33 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
                 }
               })
             )
-          )
+          ))
           if (Exit.isSuccess(exit)) {
             ctx.streaming = false
             return { calls, finish: finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const } }
           }
+          // interrupted (a cancel): the closers keep what was delivered so far (CAN-05)
+          if (Cause.isInterrupted(exit.cause)) return yield* Effect.failCause(exit.cause)
+          // a failed attempt delivers nothing the model will be shown
+          ctx.streaming = false
           const failure = Cause.failureOption(exit.cause)
           if (Option.isNone(failure)) return yield* Effect.failCause(exit.cause)
-          ctx.streaming = false
           const error = failure.value
           if (attempt <= maxRetries) {
-            const decision = yield* deps.hooks.runRequestError({ agent: deps.agent(), turn: ctx.turn, step, error, attempt })
+            const decision = yield* Effect.interruptible(
+              deps.hooks.runRequestError({ agent: deps.agent(), turn: ctx.turn, step, error, attempt })
+            )
             if (decision === "retry") continue
           }
           return yield* Effect.fail(error)
         }
+      })
+
+    /** Opens a step: `step/start` (alone, when nothing enters it). */
+    const openStep = (ctx: TurnContext, step: number) =>
+      Effect.map(write([{ type: "step/start", data: { turn: ctx.turn, step } }]), () => {
+        ctx.openStep = step
+        ctx.steps++
       })
 
     /** Runs steps until the turn's end reason is known. Writes everything but the closers and `turn/end`. */
@@ -364,35 +467,40 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
         while (true) {
           if (step >= maxSteps) return { kind: "max-steps" } as TurnEndReason
           step++
+          // every step proposal goes through the preStep hooks, which may add to an empty batch
           const peeked = yield* deps.inbox.peek(step === 1 ? "turn" : "step")
-          if (step === 1 && peeked.length === 0) return { kind: "completed" } as TurnEndReason
-          let entering: ReadonlyArray<UserMessage> = peeked
-          if (peeked.length > 0) {
-            const decision = yield* deps.hooks.runPreStep({ agent, turn: ctx.turn, step }, peeked)
-            if (decision.kind === "reject") {
-              yield* deps.inbox.reject(peeked.map((m) => m.id))
-              return { kind: "blocked", reason: decision.reason } as TurnEndReason
+          const decision = yield* Effect.interruptible(deps.hooks.runPreStep({ agent, turn: ctx.turn, step }, peeked))
+          if (decision.kind === "reject") {
+            if (peeked.length > 0) {
+              yield* asWriteFailure(deps.inbox.reject(peeked.map((m) => m.id), { guard: () => !isCanceled() }))
             }
-            entering = decision.messages
+            // a cancel that landed first wins: with keepInbox the batch stays pending
+            if (isCanceled()) return yield* Effect.interrupt
+            return { kind: "blocked", reason: decision.reason } as TurnEndReason
           }
-          const guard = () => Option.isNone(cancelCell)
+          const entering = decision.messages
+          // nothing to enter the first step: the turn ends without one (DLV-09)
+          if (step === 1 && peeked.length === 0 && entering.length === 0) return { kind: "completed" } as TurnEndReason
           if (peeked.length > 0 || entering.length > 0) {
-            const claimed = yield* deps.inbox.claim({
+            const claimed = yield* asWriteFailure(deps.inbox.claim({
               turn: ctx.turn,
               step,
               peeked: peeked.map((m) => m.id),
               entering,
-              guard
-            })
+              guard: () => !isCanceled()
+            }))
             if (Option.isNone(claimed)) return yield* Effect.interrupt
             if (claimed.value.entered.length === 0) {
+              // nothing entered the first step: the turn ends without one (DLV-09)
               if (step === 1) return { kind: "completed" } as TurnEndReason
-              yield* appendCore([{ type: "step/start", data: { turn: ctx.turn, step } }])
+              yield* openStep(ctx, step)
+            } else {
+              ctx.openStep = step
+              ctx.steps++
             }
           } else {
-            yield* appendCore([{ type: "step/start", data: { turn: ctx.turn, step } }])
+            yield* openStep(ctx, step)
           }
-          ctx.openStep = step
           ctx.calls = []
           ctx.logged = 0
 
@@ -403,6 +511,7 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
               error: { message: "no provider/model: set them in the agent options", code: "NO_ROUTE" }
             } as TurnEndReason
           }
+          ctx.route = route.value
           const tools = yield* deps.tools
           const schemas = tools.map(deps.toSchema)
           const config = {
@@ -414,7 +523,7 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
           }
           const configKey = JSON.stringify(config)
           if (configKey !== lastConfig) {
-            yield* appendCore([{ type: "request/config", data: config }])
+            yield* write([{ type: "request/config", data: config }])
             lastConfig = configKey
           }
           const request: ModelRequest = {
@@ -442,39 +551,39 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
             content,
             source: { kind: "model", provider: config.provider, model: config.model }
           }
-          ctx.calls = maxTokens
+          const calls: Array<PendingCall> = maxTokens
             ? []
             : reply.calls.map((call) => ({ ...call, state: "waiting" as const, result: undefined }))
-          ctx.streamedText = ""
-          ctx.streamedReasoning = ""
-          yield* appendCore([{
+          yield* write([{
             type: "assistant/message",
             data: {
               turn: ctx.turn,
               step,
               message,
-              finish: reply.finish.reason === "tool-calls" && ctx.calls.length === 0 ? "stop" : reply.finish.reason,
+              finish: reply.finish.reason === "tool-calls" && calls.length === 0 ? "stop" : reply.finish.reason,
               ...(reply.finish.usage !== undefined ? { usage: reply.finish.usage } : {})
             }
           }])
-          const hadCalls = ctx.calls.length > 0
+          ctx.calls = calls
+          ctx.streamedText = ""
+          ctx.streamedReasoning = ""
+          const hadCalls = calls.length > 0
           const concludes = hadCalls ? yield* runTools(ctx, step) : false
-          yield* appendCore([{ type: "step/end", data: { turn: ctx.turn, step } }])
+          yield* write([{ type: "step/end", data: { turn: ctx.turn, step } }])
           ctx.openStep = undefined
           ctx.calls = []
           // fresh next-step input always gets another step (TURN-04/05)
           if (hasNextStep()) continue
           if (hadCalls && !concludes) continue
-          if (!hadCalls) {
-            yield* deps.hooks.runTurnStopping({ agent, turn: ctx.turn })
-            if (hasNextStep()) continue
-          }
+          // the turn is about to stop: turnStopping hooks may steer it on
+          yield* Effect.interruptible(deps.hooks.runTurnStopping({ agent, turn: ctx.turn }))
+          if (hasNextStep()) continue
           return maxTokens ? { kind: "max-tokens" } as TurnEndReason : { kind: "completed" } as TurnEndReason
         }
       })
 
     /** The events that land a cancel or a failure safely wherever it happened (CAN-05). */
-    const closers = (ctx: TurnContext, reason: TurnEndReason): Array<CoreEventInput> => {
+    const closers = (ctx: TurnContext, reason: TurnEndReason): Arr.NonEmptyReadonlyArray<CoreEventInput> => {
       const events: Array<CoreEventInput> = []
       const step = ctx.openStep
       if (step !== undefined) {
@@ -493,8 +602,8 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
                 content,
                 source: {
                   kind: "model",
-                  provider: deps.options.provider ?? deps.storedRoute.provider ?? "unknown",
-                  model: deps.options.model ?? deps.storedRoute.model ?? "unknown"
+                  provider: ctx.route?.provider ?? "unknown",
+                  model: ctx.route?.model ?? "unknown"
                 }
               },
               interrupted: true
@@ -542,7 +651,7 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
         events.push({ type: "step/end", data: { turn: ctx.turn, step } })
       }
       events.push({ type: "turn/end", data: { turn: ctx.turn, reason } })
-      return events
+      return events as unknown as Arr.NonEmptyReadonlyArray<CoreEventInput>
     }
 
     const errorReason = (cause: Cause.Cause<unknown>): TurnEndReason => {
@@ -561,32 +670,42 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
       return { kind: "error", error: { message: Cause.pretty(cause), code: "DEFECT" } }
     }
 
-    /** Runs one opened turn to its end; returns its end reason (or None when the log could not be written). */
+    /**
+     * Runs one opened turn to its end; returns its outcome, or None when the log could not be
+     * written (the agent is broken then, and the open turn is left for repair).
+     */
     const runTurn = (turn: number) =>
       Effect.uninterruptible(
         Effect.gen(function*() {
           const ctx = new TurnContext(turn)
           yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn }))
-          const exit = yield* Effect.exit(Effect.interruptible(turnBody(ctx)))
-          const cause = yield* currentCause
-          let reason: TurnEndReason
-          if (Exit.isSuccess(exit)) {
-            reason = exit.value
-          } else if (Option.isSome(cause)) {
-            reason = { kind: "aborted", cause: cause.value }
-          } else {
-            reason = errorReason(exit.cause)
+          const exit = yield* Effect.exit(turnBody(ctx))
+          if (Exit.isFailure(exit)) {
+            const failure = Cause.failureOption(exit.cause)
+            if (Option.isSome(failure) && failure.value instanceof LogWriteFailed) {
+              yield* markBroken(failure.value.cause, turn)
+              return Option.none<TurnOutcome>()
+            }
           }
-          const written = yield* Effect.exit(appendCore(closers(ctx, reason) as unknown as Arr.NonEmptyReadonlyArray<CoreEventInput>))
+          // the activity's own cause (set before anything else by `cancel`, CAN-04)
+          const cause = cancelCell
+          const reason: TurnEndReason = Exit.isSuccess(exit)
+            ? exit.value
+            : Option.isSome(cause)
+            ? { kind: "aborted", cause: cause.value }
+            : errorReason(exit.cause)
+          const written = yield* Effect.exit(appendCore(closers(ctx, reason)))
           if (Exit.isFailure(written)) {
             yield* markBroken(Cause.squash(written.cause), turn)
-            return Option.none<TurnEndReason>()
+            return Option.none<TurnOutcome>()
           }
           if (reason.kind === "error") {
             yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))
           }
           yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason }))
-          return Option.some(reason)
+          const continues = ctx.steps > 0 &&
+            (reason.kind === "completed" || reason.kind === "max-tokens" || reason.kind === "max-steps")
+          return Option.some<TurnOutcome>({ reason, continues })
         })
       )
 
@@ -598,16 +717,14 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
       Effect.gen(function*() {
         let turn = firstTurn
         while (true) {
-          const reason = yield* deps.withInitiator(runTurn(turn)).pipe(
+          const outcome = yield* deps.withInitiator(runTurn(turn)).pipe(
             Effect.catchAllCause((cause) =>
-              Effect.as(markBroken(Cause.squash(cause), turn), Option.none<TurnEndReason>())
+              Effect.as(markBroken(Cause.squash(cause), turn), Option.none<TurnOutcome>())
             )
           )
           const next = yield* SynchronizedRef.modifyEffect(state, (phase) =>
             Effect.gen(function*() {
-              const continues = Option.isSome(reason) &&
-                (reason.value.kind === "completed" || reason.value.kind === "max-tokens" ||
-                  reason.value.kind === "max-steps") &&
+              const continues = Option.isSome(outcome) && outcome.value.continues &&
                 !disposing && Option.isNone(broken) && phase._tag === "Running" && Option.isNone(phase.cause)
               if (continues && (yield* deps.inbox.hasPending)) {
                 const nextTurn = sessionCore.lastTurn() + 1
@@ -697,35 +814,48 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
                 const fiber = fork(drain(turn))
                 return { _tag: "Running", fiber, cause: Option.none(), wakeRequested: false } as Phase
               }
-              case "Maintenance": {
-                yield* deps.inbox.insert(target, message, "end")
-                return wake ? { ...phase, wakeRequested: true } : phase
-              }
+              case "Maintenance":
               case "Running": {
+                // after a cancel, waking input waits for the next turn and is latched to run when
+                // the cancelled activity converges (DLV-06, AGT-04)
                 if (Option.isSome(phase.cause) && wake) {
                   yield* deps.inbox.insert("next-turn", message, "end")
                   return { ...phase, wakeRequested: true }
                 }
                 yield* deps.inbox.insert(target, message, "end")
-                return phase
+                // a running drain takes it at its next boundary; maintenance latches it (AGT-04)
+                return wake && phase._tag === "Maintenance" ? { ...phase, wakeRequested: true } : phase
               }
             }
           })
         )
       })
 
+    /**
+     * Sets the cause (first wins, CAN-04) and resets the latch, writes the canceled splices — all
+     * under the state lock, so a send that sees the cause is never canceled by it — then requests
+     * the interruption, even when the splices could not be written.
+     */
     const cancel = (cause: CancelCause, options?: { readonly keepInbox?: boolean | undefined }) =>
       Effect.gen(function*() {
         if (disposing && cause.kind !== "disposed") return
-        const fiber = yield* SynchronizedRef.modify(state, (phase): readonly [Activity | undefined, Phase] => {
-          if (phase._tag === "Idle") return [undefined, phase]
-          if (Option.isNone(phase.cause)) {
-            cancelCell = Option.some(cause)
-            return [phase.fiber, { ...phase, cause: Option.some(cause), wakeRequested: false }]
-          }
-          return [phase.fiber, { ...phase, wakeRequested: false }]
-        })
-        const cleared = options?.keepInbox === true ? Exit.void : yield* Effect.exit(deps.inbox.clearCanceled)
+        const keepInbox = options?.keepInbox === true
+        type Outcome = readonly [Activity | undefined, Exit.Exit<void, SessionError.SessionAppendError>]
+        const [fiber, cleared] = yield* SynchronizedRef.modifyEffect(
+          state,
+          (phase): Effect.Effect<readonly [Outcome, Phase]> =>
+            Effect.gen(function*() {
+              if (phase._tag !== "Idle" && Option.isNone(phase.cause)) cancelCell = Option.some(cause)
+              // a wake latched by the creation's own hooks is reset like any other latch (PUB-11)
+              latchedWake = false
+              const cleared = keepInbox ? Exit.void : yield* Effect.exit(deps.inbox.clearCanceled)
+              if (phase._tag === "Idle") return [[undefined, cleared], phase] as const
+              const next: Phase = Option.isNone(phase.cause)
+                ? { ...phase, cause: Option.some(cause), wakeRequested: false }
+                : { ...phase, wakeRequested: false }
+              return [[phase.fiber, cleared], next] as const
+            })
+        )
         if (fiber !== undefined) yield* Fiber.interruptFork(fiber)
         if (Exit.isFailure(cleared)) return yield* Effect.failCause(cleared.cause)
       })
@@ -745,25 +875,36 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
       Effect.gen(function*() {
         yield* ensureUsable
         const context = yield* Effect.context<R>()
-        const done = yield* Deferred.make<Exit.Exit<A, E>>()
+        // the task's exit with the activity's cause, read before a latched wake forks the next one
+        const done = yield* Deferred.make<readonly [Exit.Exit<A, E>, Option.Option<CancelCause>]>()
         const fiber = yield* SynchronizedRef.modifyEffect(state, (phase) =>
           Effect.gen(function*() {
             yield* ensureUsable
             if (phase._tag !== "Idle") return yield* new AgentError.AgentBusy({ id: deps.id })
             const work = Effect.interruptible(deps.withInitiator(Effect.provide(task, context))).pipe(
               Effect.exit,
-              Effect.flatMap((exit) => Deferred.succeed(done, exit as Exit.Exit<A, E>)),
-              Effect.zipRight(SynchronizedRef.updateEffect(state, (phase) => Effect.map(settle(phase), ([, next]) => next)))
+              Effect.flatMap((exit) => Deferred.succeed(done, [exit as Exit.Exit<A, E>, cancelCell] as const)),
+              Effect.zipRight(
+                SynchronizedRef.updateEffect(state, (phase) => Effect.map(settle(phase), ([, next]) => next))
+              )
             )
             const activity = fork(work)
-            return [activity, { _tag: "Maintenance", fiber: activity, cause: Option.none(), wakeRequested: false } as Phase] as const
+            const maintenance: Phase = {
+              _tag: "Maintenance",
+              fiber: activity,
+              cause: Option.none(),
+              wakeRequested: false
+            }
+            return [activity, maintenance] as const
           })
         )
-        const exit = yield* Deferred.await(done).pipe(Effect.onInterrupt(() => Fiber.interruptFork(fiber)))
+        const [exit, cause] = yield* Deferred.await(done).pipe(Effect.onInterrupt(() => Fiber.interruptFork(fiber)))
         if (Exit.isSuccess(exit)) return exit.value
         if (Cause.isInterruptedOnly(exit.cause)) {
-          const cause = Option.getOrElse(cancelCell, (): CancelCause => ({ kind: "user" }))
-          return yield* new AgentError.AgentCanceled({ id: deps.id, cause })
+          return yield* new AgentError.AgentCanceled({
+            id: deps.id,
+            cause: Option.getOrElse(cause, (): CancelCause => ({ kind: "user" }))
+          })
         }
         return yield* Effect.failCause(exit.cause)
       })
