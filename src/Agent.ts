@@ -56,7 +56,9 @@ export interface AgentSetup {
 /**
  * Runs with the agent's Scope while the agent is built, before it is published. What it acquires
  * lives exactly as long as the agent. It may return a `commit` that runs inside the short critical
- * section of the creation transaction.
+ * section of the creation transaction. If the owner Scope closes meanwhile, setup is interrupted
+ * and the creation fails `AgentCreationVetoed{cause: AgentInactive}`; if the AgentLoop closes, it
+ * fails `AgentLoopInactive` (PUB-06, FAC-04).
  *
  * @since 0.1.0
  * @category options
@@ -104,7 +106,12 @@ export interface ResumeOptions<E = never, R = never> {
  */
 export interface AgentHandle {
   readonly agent: Agent
-  /** Starts or joins the single teardown and returns its outcome (LIFE-02). */
+  /**
+   * Starts or joins the single teardown and returns its outcome (LIFE-02): every caller gets the
+   * same `AgentDisposeError` when some step failed (LIFE-03). Called from inside the agent's own
+   * teardown (e.g. a finalizer registered in `setup`), it only starts it and returns at once, since
+   * it would otherwise await itself.
+   */
   readonly dispose: Effect.Effect<void, AgentError.AgentDisposeError>
 }
 

@@ -9,6 +9,7 @@ import type { Fiber } from "effect"
 import {
   Cause,
   Context,
+  Data,
   Deferred,
   Effect,
   Either,
@@ -26,7 +27,7 @@ import type { Agent, AgentHandle, AgentOptions, AgentSetup, CreateOptions, Resum
 import * as AgentError from "./AgentError.js"
 import { AgentEvent } from "./AgentEvent.js"
 import type { AgentEntry, AgentFactory, AgentPublisher } from "./AgentRegistry.js"
-import { AgentRegistry } from "./AgentRegistry.js"
+import { AgentRegistry, currentInitiatorRef } from "./AgentRegistry.js"
 import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
@@ -54,6 +55,15 @@ const publishingRef = FiberRef.unsafeMake<Option.Option<SessionId>>(Option.none(
 
 /** Set while a `commit` runs: a create or dispose from inside it would deadlock, so it dies. */
 const inCommitRef = FiberRef.unsafeMake(false)
+
+/**
+ * The creations and teardowns this fiber chain is running. A teardown requested from inside one of
+ * them (an owner Scope closed during setup, a `dispose` from the agent's own setup finalizer) starts
+ * the teardown but does not await it: it would await itself.
+ */
+const ownRef = FiberRef.unsafeMake<ReadonlySet<object>>(new Set())
+
+const withOwn = (build: object) => Effect.locallyWith(ownRef, (own) => new Set([...own, build]))
 
 /**
  * The AgentLoop service: the factory it installed, for users that want to call it directly.
@@ -127,6 +137,13 @@ const validateInbox = (id: SessionId, events: ReadonlyArray<SessionEvent>, seedL
     return Effect.void
   })
 
+/**
+ * Why a creation stops before it completes: the factory closed before it entered
+ * (`AgentLoopInactive`, FAC-04), or its teardown began — an owner closed — before it was published
+ * (`AgentCreationVetoed{cause: AgentInactive}`, in both `CreateError` and `ResumeError`).
+ */
+type Abort = AgentError.AgentLoopInactive | AgentError.AgentCreationVetoed
+
 /** What a creation built, for the transaction and the teardown. */
 interface Build {
   readonly id: SessionId
@@ -134,7 +151,15 @@ interface Build {
   readonly sessionScope: Scope.CloseableScope
   readonly link: Scope.CloseableScope
   readonly factoryLink: Scope.CloseableScope
+  /** The teardown's outcome; also the identity of this creation in `ownRef`. */
   readonly done: Deferred.Deferred<Exit.Exit<void, AgentError.AgentDisposeError>>
+  /** Completed with the reason when the creation must stop before it enters (PUB-06, FAC-04). */
+  readonly abort: Deferred.Deferred<never, Abort>
+  /** Completed when the creation attempt finished (published, or failed before its rollback). */
+  readonly settled: Deferred.Deferred<void>
+  isSettled: boolean
+  /** Both entries were entered: from here the creation completes (PUB-06). */
+  entered: boolean
   started: boolean
   writer: SessionWriter | undefined
   createMode: boolean
@@ -164,6 +189,7 @@ export const make: Effect.Effect<
   const globalHooks = yield* Effect.serviceOption(Tool.LoopHooks)
   const runtime = yield* Effect.runtime<never>()
   const factoryScope = yield* Effect.scope
+  const linksScope = yield* Scope.fork(factoryScope, ExecutionStrategy.sequential)
   const critical = yield* Effect.makeSemaphore(1)
   const inFlight = yield* Ref.make(0)
   const drained = yield* Ref.make<Deferred.Deferred<void> | undefined>(undefined)
@@ -174,8 +200,19 @@ export const make: Effect.Effect<
   // ---------------------------------------------------------------------------------------------
   // teardown (LIFE-01..06)
 
+  /** Stops a creation that has not entered yet; the first reason wins. */
+  const abortCreation = (build: Build, reason: Abort) => Deferred.fail(build.abort, reason)
+
+  /** The error of a creation whose teardown began before it was published. */
+  const inactive = (build: Build): Abort =>
+    new AgentError.AgentCreationVetoed({ id: build.id, cause: new AgentError.AgentInactive({ id: build.id }) })
+
   const teardownSteps = (build: Build, publisher: AgentPublisher) =>
     Effect.gen(function*() {
+      // A creation still in flight is stopped if it has not entered yet, and awaited either way:
+      // the teardown never runs beside a creation of the same agent (PUB-06, FAC-04).
+      yield* abortCreation(build, inactive(build))
+      yield* Deferred.await(build.settled)
       const failures: Array<Cause.Cause<unknown>> = []
       if (build.driver !== undefined) {
         const stopped = yield* Effect.exit(build.driver.stop)
@@ -197,13 +234,18 @@ export const make: Effect.Effect<
       if (Exit.isFailure(sessionScopeClosed)) failures.push(sessionScopeClosed.cause)
       live.delete(build)
       if (failures.length === 0) return Exit.void
+      // LIFE-03: every failure is kept, in order, in one Cause
       const cause = failures.reduce((acc, next) => Cause.sequential(acc, next))
-      return Exit.fail(new AgentError.AgentDisposeError({ id: build.id, cause: Cause.squash(cause) }))
+      return Exit.fail(new AgentError.AgentDisposeError({ id: build.id, cause }))
     })
 
-  /** Starts the single teardown (once) in a daemon fiber, and awaits its outcome (LIFE-02). */
+  /**
+   * Starts the single teardown (once) in a daemon fiber forked from the factory's runtime, and
+   * awaits its outcome (LIFE-02) — unless this fiber chain runs this agent's own creation or
+   * teardown, which the teardown itself awaits: then it only starts it.
+   */
   const teardown = (build: Build, publisher: AgentPublisher) =>
-    Effect.suspend(() => {
+    Effect.flatMap(FiberRef.get(ownRef), (own) => {
       if (!build.started) {
         build.started = true
         const fiber = Runtime.runFork(runtime)(
@@ -211,13 +253,14 @@ export const make: Effect.Effect<
             Effect.flatMap((exit) => Deferred.succeed(build.done, exit)),
             Effect.zipRight(Scope.close(build.link, Exit.void)),
             Effect.zipRight(Scope.close(build.factoryLink, Exit.void)),
+            withOwn(build.done),
             Effect.uninterruptible
           )
         )
         teardownFibers.add(fiber)
         fiber.addObserver(() => teardownFibers.delete(fiber))
       }
-      return Effect.flatten(Deferred.await(build.done))
+      return own.has(build.done) ? Effect.void : Effect.flatten(Deferred.await(build.done))
     })
 
   /** What owners' finalizers run: they cannot fail, so they log a failed teardown. */
@@ -241,8 +284,14 @@ export const make: Effect.Effect<
       const feed = yield* Feed.make<AgentEvent>()
       build.feed = feed
       const isActive = Effect.sync(() => build.driver === undefined || build.driver.isActive())
+      // every live event names the initiator of the fiber chain that caused it, when there is one (§6)
       const emit = (event: AgentEvent) =>
-        Effect.zipRight(feed.publish(event), publisher.publish(event))
+        Effect.flatMap(FiberRef.get(currentInitiatorRef), (initiator) => {
+          const named = Option.isSome(initiator) && event.initiator === undefined
+            ? Data.struct({ ...event, initiator: initiator.value.id })
+            : event
+          return Effect.zipRight(feed.publish(named), publisher.publish(named))
+        })
       const inbox = yield* internalInbox.make(session, {
         onChange: (change) => emit(inboxEvent(build.id, change))
       })
@@ -272,18 +321,19 @@ export const make: Effect.Effect<
         publishing: publishingRef
       })
       build.driver = driver
-      const inactive = new AgentError.AgentInactive({ id: build.id })
+      // built on demand: an Error per agent would cost its stack trace on every create (B1)
+      const inactiveError = () => new AgentError.AgentInactive({ id: build.id })
       const spawn: Agent["spawn"] = (spawnOptions) =>
         Effect.suspend(() =>
           driver.isActive()
             ? registry.create({ ...spawnOptions, parentAgent: agent! }).pipe(Scope.extend(build.agentScope))
-            : Effect.fail(inactive)
+            : Effect.fail(inactiveError())
         )
       const fork: Agent["fork"] = ({ childId, upTo, ...rest }) =>
         Effect.suspend(() =>
           driver.isActive()
             ? registry.create({ ...rest, sessionId: childId, fork: { from: session, upTo } })
-            : Effect.fail(inactive)
+            : Effect.fail(inactiveError())
         )
       agent = {
         id: build.id,
@@ -337,15 +387,17 @@ export const make: Effect.Effect<
       const agent = build.agent!
       yield* critical.withPermits(1)(
         Effect.gen(function*() {
-          if (!active) return yield* new AgentError.AgentLoopInactive()
+          yield* stillWanted(build)
           if (commit !== undefined) yield* restore(Effect.locally(commit, inCommitRef, true))
+          yield* stillWanted(build)
           build.sessionEntry = yield* store.enter(session).pipe(Effect.mapError(collision))
           build.agentEntry = yield* publisher.enter(agent, Option.fromNullable(parentAgent)).pipe(
             Effect.mapError(collision)
           )
+          build.entered = true
         })
       )
-      // publication: uninterruptible from here on (PUB-05)
+      // publication: uninterruptible from here on (PUB-06); a teardown requested meanwhile waits for it
       const announced = yield* Effect.exit(
         Effect.gen(function*() {
           yield* store.announce(build.sessionEntry!).pipe(
@@ -358,24 +410,53 @@ export const make: Effect.Effect<
         yield* build.driver!.open(false)
         return yield* Effect.failCause(announced.cause)
       }
+      if (build.started) {
+        // an owner closed while the hooks ran: the creation rolls back instead of returning a dead agent
+        yield* build.driver!.open(false)
+        return yield* Effect.fail(inactive(build))
+      }
       build.published = true
       yield* build.driver!.open(true)
     })
 
-  /** Steps 0 (scopes and links) of the transaction. */
-  const makeBuild = (id: SessionId, owner: Scope.Scope, publisher: AgentPublisher) =>
+  /** Fails when the factory closed or the creation was aborted (its teardown began). */
+  const stillWanted = (build: Build) =>
+    Effect.flatMap(Deferred.poll(build.abort), (aborted): Effect.Effect<void, Abort> => {
+      if (Option.isSome(aborted)) return aborted.value
+      return active ? Effect.void : Effect.fail(new AgentError.AgentLoopInactive())
+    })
+
+  /** Runs the part of a creation before its critical section so that an abort stops it at once. */
+  const abortable = <A, E, R>(build: Build, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | Abort, R> =>
+    Effect.zipRight(stillWanted(build), Effect.raceFirst(effect, Deferred.await(build.abort)))
+
+  /**
+   * Step 0 of the transaction: the three Scopes forked from the owner in order (agentScope,
+   * sessionScope, link), and the factory's own link. Runs in the creation's `ownRef` region: if the
+   * owner is already closed, the link's finalizer runs at once and must not await the teardown.
+   */
+  const makeBuild = (
+    id: SessionId,
+    owner: Scope.Scope,
+    publisher: AgentPublisher,
+    done: Build["done"]
+  ) =>
     Effect.gen(function*() {
       const agentScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
       const sessionScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
       const link = yield* Scope.fork(owner, ExecutionStrategy.sequential)
-      const factoryLink = yield* Scope.fork(factoryScope, ExecutionStrategy.sequential)
+      const factoryLink = yield* Scope.fork(linksScope, ExecutionStrategy.sequential)
       const build: Build = {
         id,
         agentScope,
         sessionScope,
         link,
         factoryLink,
-        done: yield* Deferred.make<Exit.Exit<void, AgentError.AgentDisposeError>>(),
+        done,
+        abort: yield* Deferred.make<never, Abort>(),
+        settled: yield* Deferred.make<void>(),
+        isSettled: false,
+        entered: false,
         started: false,
         writer: undefined,
         createMode: false,
@@ -386,9 +467,9 @@ export const make: Effect.Effect<
         agentEntry: undefined,
         published: false
       }
+      live.add(build)
       yield* Scope.addFinalizer(link, ownerFinalizer(build, publisher))
       yield* Scope.addFinalizer(factoryLink, ownerFinalizer(build, publisher))
-      live.add(build)
       return build
     })
 
@@ -434,7 +515,11 @@ export const make: Effect.Effect<
     )
   })
 
-  /** Runs a creation; rolls back on failure or interruption before publication completed. */
+  /**
+   * Runs a creation; rolls back on failure or interruption before publication completed. The whole
+   * attempt runs in the creation's `ownRef` region; it is settled before the rollback awaits the
+   * teardown (which waits for the attempt to settle).
+   */
   const transaction = <A, E, R>(
     id: SessionId,
     owner: Scope.Scope,
@@ -447,8 +532,12 @@ export const make: Effect.Effect<
     inFlightRegion(
       Effect.uninterruptibleMask((restore) =>
         Effect.gen(function*() {
-          const build = yield* makeBuild(id, owner, publisher)
-          const exit = yield* Effect.exit(body(build, restore))
+          if (!active) return yield* new AgentError.AgentLoopInactive()
+          const done = yield* Deferred.make<Exit.Exit<void, AgentError.AgentDisposeError>>()
+          const build = yield* makeBuild(id, owner, publisher, done).pipe(withOwn(done))
+          const exit = yield* Effect.exit(body(build, restore).pipe(withOwn(done)))
+          build.isSettled = true
+          yield* Deferred.succeed(build.settled, undefined)
           if (Exit.isSuccess(exit)) return exit.value
           yield* teardown(build, publisher).pipe(Effect.ignore)
           return yield* Effect.failCause(exit.cause)
@@ -475,7 +564,8 @@ export const make: Effect.Effect<
       }
       return yield* transaction(id, owner, publisher, (build, restore) =>
         Effect.gen(function*() {
-          const { session, commit, parentAgent } = yield* restore(
+          const { session, commit, parentAgent } = yield* restore(abortable(
+            build,
             Effect.gen(function*() {
               const planned = yield* store.prepare({
                 sessionId: id,
@@ -506,7 +596,7 @@ export const make: Effect.Effect<
               const commit = yield* runSetup(options.setup, built.setupView, build.agentScope)
               return { session, commit, parentAgent: built.parentAgent }
             })
-          )
+          ))
           yield* publish(
             build,
             session,
@@ -533,7 +623,8 @@ export const make: Effect.Effect<
       }
       return yield* transaction(id, owner, publisher, (build, restore) =>
         Effect.gen(function*() {
-          const { session, commit } = yield* restore(
+          const { session, commit } = yield* restore(abortable(
+            build,
             Effect.gen(function*() {
               // RES-02: the exclusive writer first, reading the log once
               const opened = yield* persistence.value.openWrite(id).pipe(Scope.extend(build.sessionScope))
@@ -560,7 +651,7 @@ export const make: Effect.Effect<
               const commit = yield* runSetup(options.setup, built.setupView, build.agentScope)
               return { session, commit }
             })
-          )
+          ))
           yield* publish(
             build,
             session,
@@ -582,16 +673,22 @@ export const make: Effect.Effect<
   }
 
   // FAC-04: on close, first the slot clears (setFactory's release runs first: it was added last),
-  // then in-flight creations are awaited and every agent this factory made is disposed.
+  // then creations not entered yet are stopped, those in flight awaited, and every agent this
+  // factory made is disposed, whoever created it. The factory's links live in `linksScope`, added
+  // before this finalizer, so the layer's Scope never closes them before the slot is clear.
   yield* Effect.addFinalizer(() =>
     Effect.gen(function*() {
       active = false
+      for (const build of live) {
+        if (!build.entered && !build.isSettled) yield* abortCreation(build, new AgentError.AgentLoopInactive())
+      }
       const waitFor = yield* Deferred.make<void>()
       yield* Ref.set(drained, waitFor)
       if ((yield* Ref.get(inFlight)) > 0) yield* Deferred.await(waitFor)
       const disposals = Array.from(live, (build) => Scope.close(build.factoryLink, Exit.void))
       yield* Effect.all(disposals, { discard: true, concurrency: "unbounded" })
       yield* Effect.forEach(Array.from(teardownFibers), (fiber) => fiber.await, { discard: true })
+      yield* Scope.close(linksScope, Exit.void)
     })
   )
   yield* registry.setFactory(factory)
