@@ -8,7 +8,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import type { Array as Arr, Chunk } from "effect"
-import { Deferred, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Queue, Scope, Stream } from "effect"
+import { Deferred, Effect, Either, Layer, Option, Queue, Stream } from "effect"
 import * as os from "node:os"
 import * as fileLock from "./internal/fileLock.js"
 import { encode, eventLines, headerLine, parseLog } from "./internal/jsonl.js"
@@ -19,6 +19,7 @@ import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
 import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
+import { assertSessionId, inWriterScope } from "./internal/writerScope.js"
 
 /**
  * When an append is acknowledged (PERS-04): `"fsync"` once the data is on disk (appends queued
@@ -96,26 +97,6 @@ const fence = (
   return undefined
 }
 
-const assertSessionId = (id: string): Effect.Effect<void> =>
-  Either.isRight(sessionId(id))
-    ? Effect.void
-    : Effect.dieMessage(`bug: ${JSON.stringify(id)} is not a SessionId and cannot name a session file`)
-
-/**
- * Runs `build` in a child of the caller's Scope that is closed at once if `build` fails, so a
- * failed create/openWrite releases its lock immediately, while a successful one lives as long as
- * the caller's Scope.
- */
-const inWriterScope = <A, E, R>(
-  build: Effect.Effect<A, E, R>
-): Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope> =>
-  Effect.flatMap(Effect.scope, (parent) =>
-    Effect.flatMap(Scope.fork(parent, ExecutionStrategy.sequential), (scope) =>
-      build.pipe(
-        Scope.extend(scope),
-        Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
-      )))
-
 const make = (options: Options) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
@@ -154,7 +135,7 @@ const make = (options: Options) =>
 
     const readLog = (id: SessionId) =>
       Effect.gen(function*() {
-        yield* assertSessionId(id)
+        yield* assertSessionId(id, "a session file")
         const file = dataPath(id)
         const bytes = yield* fs.readFile(file).pipe(
           Effect.catchIf(fileLock.isNotFound, () => new SessionError.SessionNotFound({ id })),
@@ -294,14 +275,14 @@ const make = (options: Options) =>
     })
 
     const exists = Effect.fn("FileSessionPersistence.exists")(function*(id: SessionId) {
-      yield* assertSessionId(id)
+      yield* assertSessionId(id, "a session file")
       const file = dataPath(id)
       return yield* fs.exists(file).pipe(Effect.mapError(fileLock.persistenceError(`checking ${file}`)))
     })
 
     const create = Effect.fn("FileSessionPersistence.create")(function*(header: SessionHeader) {
       const id = header.id
-      yield* assertSessionId(id)
+      yield* assertSessionId(id, "a session file")
       if (Either.isLeft(storedHeader(header))) {
         return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
       }
@@ -327,7 +308,7 @@ const make = (options: Options) =>
     })
 
     const openWrite = Effect.fn("FileSessionPersistence.openWrite")(function*(id: SessionId) {
-      yield* assertSessionId(id)
+      yield* assertSessionId(id, "a session file")
       const file = dataPath(id)
       // Spares a missing id the lock (and a missing directory its error); the read below is the
       // authoritative check.
@@ -476,7 +457,7 @@ export const breakLock = Effect.fn("FileSessionPersistence.breakLock")(function*
   id: SessionId,
   options: { readonly directory: string }
 ) {
-  yield* assertSessionId(id)
+  yield* assertSessionId(id, "a session file")
   const fs = yield* FileSystem.FileSystem
   const path = yield* Path.Path
   yield* fileLock.breakLock({ fs, path, directory: path.resolve(options.directory) }, id)

@@ -10,7 +10,7 @@
  */
 import { SqlClient } from "@effect/sql/SqlClient"
 import type { Array as Arr } from "effect"
-import { Chunk, Clock, Duration, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Scope, Stream } from "effect"
+import { Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
 import * as lease from "./internal/sqlLease.js"
 import { decodeEvents, decodeHeader, eventRecord, headerRecord, persistenceError } from "./internal/sqlLog.js"
@@ -22,6 +22,7 @@ import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
 import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
+import { assertSessionId, inWriterScope } from "./internal/writerScope.js"
 
 /**
  * When an append is acknowledged (PERS-04). An append is acknowledged when its transaction
@@ -76,26 +77,6 @@ const INSERT_CHUNK = 200
 
 /** Sessions per page of `list`. */
 const LIST_PAGE = 500
-
-const assertSessionId = (id: string): Effect.Effect<void> =>
-  Either.isRight(sessionId(id))
-    ? Effect.void
-    : Effect.dieMessage(`bug: ${JSON.stringify(id)} is not a SessionId and cannot name a stored session`)
-
-/**
- * Runs `build` in a child of the caller's Scope that is closed at once if `build` fails, so a
- * failed create/openWrite releases its lease immediately, while a successful one lives as long as
- * the caller's Scope.
- */
-const inWriterScope = <A, E, R>(
-  build: Effect.Effect<A, E, R>
-): Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope> =>
-  Effect.flatMap(Effect.scope, (parent) =>
-    Effect.flatMap(Scope.fork(parent, ExecutionStrategy.sequential), (scope) =>
-      build.pipe(
-        Scope.extend(scope),
-        Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
-      )))
 
 const make = (options: Options | undefined) =>
   Effect.gen(function*() {
@@ -247,7 +228,7 @@ const make = (options: Options | undefined) =>
     })
 
     const exists = Effect.fn("SqlSessionPersistence.exists")(function*(id: SessionId) {
-      yield* assertSessionId(id)
+      yield* assertSessionId(id, "a stored session")
       const rows = yield* sql`SELECT 1 AS found FROM effect_agent_sessions WHERE session_id = ${id}`.pipe(
         Effect.catchTag("SqlError", (error) =>
           Effect.fail(persistenceError(`checking session ${JSON.stringify(id)}`)(error)))
@@ -257,7 +238,7 @@ const make = (options: Options | undefined) =>
 
     const create = Effect.fn("SqlSessionPersistence.create")(function*(header: SessionHeader) {
       const id = header.id
-      yield* assertSessionId(id)
+      yield* assertSessionId(id, "a stored session")
       const record = headerRecord(header)
       if (Either.isLeft(decodeHeader(id, record))) {
         return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
@@ -276,7 +257,7 @@ const make = (options: Options | undefined) =>
     })
 
     const openWrite = Effect.fn("SqlSessionPersistence.openWrite")(function*(id: SessionId) {
-      yield* assertSessionId(id)
+      yield* assertSessionId(id, "a stored session")
       // Spares a missing id the lease; the read below is the authoritative check.
       if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
       return yield* inWriterScope(Effect.gen(function*() {
@@ -288,7 +269,7 @@ const make = (options: Options | undefined) =>
     })
 
     const read = Effect.fn("SqlSessionPersistence.read")(function*(id: SessionId) {
-      yield* assertSessionId(id)
+      yield* assertSessionId(id, "a stored session")
       return yield* readLog(id)
     })
 

@@ -390,3 +390,41 @@ export const recordError = (
 
 /** @internal */
 export { deepFreeze }
+
+/**
+ * Parses one stored record's JSON text.
+ *
+ * @internal
+ */
+export const parseJson = (text: unknown): Either.Either<unknown, string> => {
+  if (typeof text !== "string") return Either.left(`not JSON text (a ${typeof text})`)
+  try {
+    return Either.right(JSON.parse(text))
+  } catch (e) {
+    return Either.left(`not JSON (${e instanceof Error ? e.message : String(e)})`)
+  }
+}
+
+/**
+ * Validates the stored header record of session `id` (line 1): JSON, a supported version, and the
+ * session's own id (`where` names the record's container in the error: "file", "row").
+ *
+ * @internal
+ */
+export const headerOf = (
+  id: SessionId | string,
+  text: unknown,
+  where: string
+): Either.Either<SessionEvent.SessionHeader, SessionError.SessionCorrupt | SessionError.SessionFormatUnsupported> => {
+  const json = parseJson(text)
+  if (Either.isLeft(json)) return Either.left(recordError(id, 1, { _tag: "Invalid", reason: json.left }))
+  const header = storedHeader(json.right)
+  if (Either.isLeft(header)) return Either.left(recordError(id, 1, header.left))
+  if (header.right.id !== id) {
+    return Either.left(recordError(id, 1, {
+      _tag: "Invalid",
+      reason: `the header names session ${JSON.stringify(header.right.id)}, not the ${where}'s`
+    }))
+  }
+  return Either.right(header.right)
+}

@@ -11,7 +11,7 @@ import { Either } from "effect"
 import type { SessionId } from "../Message.js"
 import type * as SessionError from "../SessionError.js"
 import type { SessionEvent, SessionHeader } from "../SessionEvent.js"
-import { acceptParsedEvent, recordError, storedEvent, storedHeader } from "./eventCodec.js"
+import { acceptParsedEvent, headerOf, recordError, storedEvent } from "./eventCodec.js"
 
 /** @internal */
 export interface ParsedLog {
@@ -43,14 +43,6 @@ export const eventLines = (events: ReadonlyArray<SessionEvent>): string => {
   let out = ""
   for (const event of events) out += JSON.stringify(event) + "\n"
   return out
-}
-
-const parseJson = (line: string): Either.Either<unknown, string> => {
-  try {
-    return Either.right(JSON.parse(line))
-  } catch (e) {
-    return Either.left(`not JSON (${e instanceof Error ? e.message : String(e)})`)
-  }
 }
 
 /**
@@ -105,16 +97,10 @@ export const parseLog = (
   const lines = splitLines(bytes.subarray(0, terminated))
 
   const headerText = lines[0]
-  const headerJson = headerText === undefined ? Either.left("not UTF-8") : parseJson(headerText)
-  if (Either.isLeft(headerJson)) return Either.left(recordError(id, 1, { _tag: "Invalid", reason: headerJson.left }))
-  const header = storedHeader(headerJson.right)
-  if (Either.isLeft(header)) return Either.left(recordError(id, 1, header.left))
-  if (header.right.id !== id) {
-    return Either.left(recordError(id, 1, {
-      _tag: "Invalid",
-      reason: `the header names session ${JSON.stringify(header.right.id)}, not the file's`
-    }))
-  }
+  const header = headerText === undefined
+    ? Either.left(recordError(id, 1, { _tag: "Invalid", reason: "not UTF-8" }))
+    : headerOf(id, headerText, "file")
+  if (Either.isLeft(header)) return Either.left(header.left)
 
   let tornTailDropped = terminated < bytes.length ? 1 : 0
   let validBytes = terminated

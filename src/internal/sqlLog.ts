@@ -13,7 +13,7 @@ import { Either } from "effect"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent, SessionHeader } from "../SessionEvent.js"
-import { recordError, storedEvent, storedHeader } from "./eventCodec.js"
+import { headerOf, parseJson, recordError, storedEvent } from "./eventCodec.js"
 
 /** @internal */
 export interface EventRow {
@@ -34,15 +34,6 @@ export const persistenceError = (what: string) => (error: SqlError): SessionErro
   })
 }
 
-const parseJson = (text: unknown): Either.Either<unknown, string> => {
-  if (typeof text !== "string") return Either.left(`not JSON text (a ${typeof text})`)
-  try {
-    return Either.right(JSON.parse(text))
-  } catch (e) {
-    return Either.left(`not JSON (${e instanceof Error ? e.message : String(e)})`)
-  }
-}
-
 /** The header record as stored. @internal */
 export const headerRecord = (header: SessionHeader): string => JSON.stringify(header)
 
@@ -57,19 +48,8 @@ export const eventRecord = (event: SessionEvent): string => JSON.stringify(event
 export const decodeHeader = (
   id: SessionId,
   text: unknown
-): Either.Either<SessionHeader, SessionError.SessionCorrupt | SessionError.SessionFormatUnsupported> => {
-  const json = parseJson(text)
-  if (Either.isLeft(json)) return Either.left(recordError(id, 1, { _tag: "Invalid", reason: json.left }))
-  const header = storedHeader(json.right)
-  if (Either.isLeft(header)) return Either.left(recordError(id, 1, header.left))
-  if (header.right.id !== id) {
-    return Either.left(recordError(id, 1, {
-      _tag: "Invalid",
-      reason: `the header names session ${JSON.stringify(header.right.id)}, not its row's`
-    }))
-  }
-  return Either.right(header.right)
-}
+): Either.Either<SessionHeader, SessionError.SessionCorrupt | SessionError.SessionFormatUnsupported> =>
+  headerOf(id, text, "row")
 
 /**
  * Validates the event rows of a session, in seq order. Rows are written in transactions, so
