@@ -363,6 +363,10 @@ describe("fault injection", () => {
       for (let n = 1; n <= baseline.counts.appends; n++) {
         violations.push(...(yield* runCase({ failAppend: n, kind: "defect" })).violations)
       }
+      // eslint-disable-next-line no-console
+      console.log(
+        `fault-injection (defects in appends): ${baseline.counts.appends} cases, ${violations.length} violations`
+      )
       assert.deepStrictEqual(violations, [])
     }))
 })
