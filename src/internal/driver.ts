@@ -8,6 +8,7 @@
 import type { Array as Arr, Runtime } from "effect"
 import {
   Cause,
+  Chunk,
   Data,
   Deferred,
   Effect,
@@ -338,8 +339,11 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
         })
       )
 
-    /** Logs, in model order, the results of calls that are done and come before any unfinished one. */
-    const flushResults = (ctx: TurnContext, step: number) =>
+    /**
+     * Logs, in model order, the results of calls that are done and come before any unfinished one.
+     * With `closeStep` (the last group, every call done), `step/end` goes in the same batch.
+     */
+    const flushResults = (ctx: TurnContext, step: number, closeStep: boolean) =>
       Effect.suspend(() => {
         const events: Array<CoreEventInput> = []
         let logged = ctx.logged
@@ -357,9 +361,15 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
           })
           logged++
         }
+        const closing = closeStep && logged === ctx.calls.length
+        if (closing) events.push({ type: "step/end", data: { turn: ctx.turn, step } })
         if (!isNonEmpty(events)) return Effect.void
         return Effect.map(write(events), () => {
           ctx.logged = logged
+          if (closing) {
+            ctx.openStep = undefined
+            ctx.calls = []
+          }
         })
       })
 
@@ -380,13 +390,14 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
             last.push(call)
           }
         }
-        for (const group of groups) {
+        for (let g = 0; g < groups.length; g++) {
           // interruptible, so a cancel reaches the running bodies (each guards its own bookkeeping)
           const results = yield* Effect.interruptible(
-            Effect.forEach(group, (call) => runTool(ctx, step, call, byName), { concurrency: maxParallel })
+            Effect.forEach(groups[g]!, (call) => runTool(ctx, step, call, byName), { concurrency: maxParallel })
           )
           if (results.some((c) => c)) concludes = true
-          yield* flushResults(ctx, step)
+          // the last group's results close the step in the same batch
+          yield* flushResults(ctx, step, g === groups.length - 1)
         }
         return concludes
       })
@@ -401,36 +412,54 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
           ctx.streaming = true
           const calls: Array<{ readonly callId: string; readonly name: string; readonly arguments: string }> = []
           let finish: Finish | undefined
-          const exit = yield* Effect.exit(Effect.interruptible(
-            deps.model.stream(request).pipe(
-              Stream.runForEach((chunk: ModelChunk) => {
-                switch (chunk._tag) {
-                  case "TextDelta":
-                    ctx.streamedText += chunk.text
-                    return deps.emit(
-                      AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "text", text: chunk.text })
+          // one Effect per chunk, its elements handled in order: a state update, then its emit
+          const onChunk = (chunk: Chunk.Chunk<ModelChunk>): Effect.Effect<void> => {
+            const items = Chunk.toReadonlyArray(chunk)
+            const from = (start: number): Effect.Effect<void> => {
+              for (let i = start; i < items.length; i++) {
+                const item = items[i]!
+                switch (item._tag) {
+                  case "TextDelta": {
+                    ctx.streamedText += item.text
+                    const next = i + 1
+                    const emitted = deps.emit(
+                      AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "text", text: item.text })
                     )
-                  case "ReasoningDelta":
-                    ctx.streamedReasoning += chunk.text
-                    return deps.emit(
-                      AgentEvent.ModelDelta({
-                        agent: deps.id,
-                        turn: ctx.turn,
-                        step,
-                        kind: "reasoning",
-                        text: chunk.text
-                      })
-                    )
+                    return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
+                  }
+                  case "ReasoningDelta": {
+                    ctx.streamedReasoning += item.text
+                    const next = i + 1
+                    const emitted = deps.emit(AgentEvent.ModelDelta({
+                      agent: deps.id,
+                      turn: ctx.turn,
+                      step,
+                      kind: "reasoning",
+                      text: item.text
+                    }))
+                    return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
+                  }
                   case "ToolCall":
-                    calls.push({ callId: chunk.callId, name: chunk.name, arguments: chunk.arguments })
-                    return Effect.void
+                    calls.push({ callId: item.callId, name: item.name, arguments: item.arguments })
+                    break
                   case "Finish":
-                    finish = { reason: chunk.reason, usage: chunk.usage }
-                    return Effect.void
+                    finish = { reason: item.reason, usage: item.usage }
+                    break
                 }
-              })
-            )
-          ))
+              }
+              return Effect.void
+            }
+            return Effect.suspend(() => from(0))
+          }
+          // pulled chunk by chunk in a scope (cheaper than `Stream.runForEach*`, same order and finalization)
+          const drained = Effect.scoped(Effect.flatMap(Stream.toPull(deps.model.stream(request)), (pull) => {
+            const loop: Effect.Effect<void, AgentError.ModelError> = Effect.matchEffect(pull, {
+              onFailure: (error) => Option.isNone(error) ? Effect.void : Effect.fail(error.value),
+              onSuccess: (chunk) => Effect.flatMap(onChunk(chunk), () => loop)
+            })
+            return loop
+          }))
+          const exit = yield* Effect.exit(Effect.interruptible(drained))
           if (Exit.isSuccess(exit)) {
             ctx.streaming = false
             return { calls, finish: finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const } }
@@ -554,7 +583,8 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
           const calls: Array<PendingCall> = maxTokens
             ? []
             : reply.calls.map((call) => ({ ...call, state: "waiting" as const, result: undefined }))
-          yield* write([{
+          const hadCalls = calls.length > 0
+          const assistantEvent: CoreEventInput = {
             type: "assistant/message",
             data: {
               turn: ctx.turn,
@@ -563,15 +593,27 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
               finish: reply.finish.reason === "tool-calls" && calls.length === 0 ? "stop" : reply.finish.reason,
               ...(reply.finish.usage !== undefined ? { usage: reply.finish.usage } : {})
             }
-          }])
-          ctx.calls = calls
-          ctx.streamedText = ""
-          ctx.streamedReasoning = ""
-          const hadCalls = calls.length > 0
+          }
+          if (hadCalls) {
+            yield* write([assistantEvent])
+            ctx.calls = calls
+            ctx.streamedText = ""
+            ctx.streamedReasoning = ""
+          } else {
+            // no calls: nothing waits between the message and `step/end`, so they are one batch
+            yield* write([assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
+            ctx.streamedText = ""
+            ctx.streamedReasoning = ""
+            ctx.openStep = undefined
+            ctx.calls = []
+          }
           const concludes = hadCalls ? yield* runTools(ctx, step) : false
-          yield* write([{ type: "step/end", data: { turn: ctx.turn, step } }])
-          ctx.openStep = undefined
-          ctx.calls = []
+          if (ctx.openStep !== undefined) {
+            // defensive: `runTools` closes the step with its last results, so this does not run today
+            yield* write([{ type: "step/end", data: { turn: ctx.turn, step } }])
+            ctx.openStep = undefined
+            ctx.calls = []
+          }
           // fresh next-step input always gets another step (TURN-04/05)
           if (hasNextStep()) continue
           if (hadCalls && !concludes) continue

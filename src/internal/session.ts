@@ -6,7 +6,7 @@
  * @internal
  */
 import { Cause, Clock, Deferred, Effect, Either, Fiber, Option, Queue } from "effect"
-import type { Array as Arr, Scope } from "effect"
+import type { Array as Arr, Chunk, Scope } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session } from "../Session.js"
 import * as SessionError from "../SessionError.js"
@@ -136,20 +136,36 @@ export const make = (options: {
         for (let i = 0; i < requests.length; i++) yield* Deferred.succeed(requests[i]!.done, perRequest[i]!)
       })
 
-    const loop: Effect.Effect<void> = Effect.gen(function*() {
-      while (true) {
-        const commands = yield* Queue.takeBetween(queue, 1, Number.MAX_SAFE_INTEGER)
+    /** Handles one batch of commands: whatever was queued behind the first one, in order. */
+    const handle = (first: Command, rest: Chunk.Chunk<Command>) =>
+      Effect.suspend(() => {
         const requests: Array<Request> = []
+        const refused: Array<Request> = []
         let closing = false
-        for (const command of commands) {
+        const sort = (command: Command) => {
           if (command === "close") closing = true
-          else if (closing) yield* Deferred.fail(command.done, new SessionError.SessionClosed({ id }))
+          else if (closing) refused.push(command)
           else requests.push(command)
         }
-        if (requests.length > 0) yield* writeBatch(requests)
-        if (closing) return
-      }
-    })
+        sort(first)
+        for (const command of rest) sort(command)
+        const closed = refused.length === 0
+          ? Effect.void
+          : Effect.forEach(refused, (r) => Deferred.fail(r.done, new SessionError.SessionClosed({ id })), {
+            discard: true
+          })
+        const written = requests.length > 0 ? Effect.zipRight(closed, writeBatch(requests)) : closed
+        return Effect.as(written, closing)
+      })
+
+    const loop: Effect.Effect<void> = Effect.flatMap(
+      Queue.take(queue),
+      (first) =>
+        Effect.flatMap(
+          Queue.takeAll(queue),
+          (rest) => Effect.flatMap(handle(first, rest), (closing) => (closing ? Effect.void : loop))
+        )
+    )
 
     const writerFiber = yield* Effect.forkDaemon(Effect.uninterruptible(loop))
 
@@ -168,9 +184,14 @@ export const make = (options: {
     const submit = (inputs: Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>) =>
       Effect.suspend(() => {
         if (isClosed) return Effect.fail(new SessionError.SessionClosed({ id }))
-        return Effect.flatMap(
-          Deferred.make<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(),
-          (done) => Effect.zipRight(Queue.offer(queue, { inputs, done }), Deferred.await(done))
+        return Effect.withFiberRuntime<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(
+          (fiber) => {
+            const done = Deferred.unsafeMake<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(
+              fiber.id()
+            )
+            if (!queue.unsafeOffer({ inputs, done })) return Effect.fail(new SessionError.SessionClosed({ id }))
+            return Deferred.await(done)
+          }
         )
       })
 
