@@ -18,7 +18,6 @@ import {
   FiberRef,
   Layer,
   Option,
-  Ref,
   Runtime,
   Scope,
   Stream
@@ -28,6 +27,7 @@ import * as AgentError from "./AgentError.js"
 import { AgentEvent } from "./AgentEvent.js"
 import type { AgentEntry, AgentFactory, AgentPublisher } from "./AgentRegistry.js"
 import { AgentRegistry, currentInitiatorRef } from "./AgentRegistry.js"
+import * as internalRegistry from "./internal/agentRegistry.js"
 import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
@@ -113,6 +113,9 @@ const storedRoute = (events: ReadonlyArray<SessionEvent>): Partial<Tool.Route> =
   return {}
 }
 
+const statusOf = (event: AgentEvent) =>
+  event._tag === "AgentStatusChanged" ? Option.some(event.status) : Option.none()
+
 /** An inbox change as the agent's live event. */
 const inboxEvent = (agent: SessionId, change: InboxChange): AgentEvent => {
   switch (change._tag) {
@@ -170,7 +173,21 @@ interface Build {
   agentEntry: AgentEntry | undefined
   /** The agent stays discoverable for `discard` only while its creation did not complete. */
   published: boolean
+  /** The agent's own registries, built on first use. */
+  tools: Tool.ToolRegistryShape | undefined
+  hooks: internalHooks.LoopHooksInstance | undefined
 }
+
+const noTools: ReadonlyArray<Tool.Any> = []
+
+/** Registrations on an agent's own registries are refused once it is inactive. */
+const isActiveOf = (build: Build) => Effect.sync(() => build.driver === undefined || build.driver.isActive())
+
+const toolsOf = (build: Build): Tool.ToolRegistryShape =>
+  build.tools ??= internalTools.makeToolRegistry({ isActive: isActiveOf(build), id: build.id })
+
+const hooksOf = (build: Build): internalHooks.LoopHooksInstance =>
+  build.hooks ??= internalHooks.makeLoopHooks({ isActive: isActiveOf(build), id: build.id })
 
 /**
  * @since 0.1.0
@@ -191,8 +208,10 @@ export const make: Effect.Effect<
   const factoryScope = yield* Effect.scope
   const linksScope = yield* Scope.fork(factoryScope, ExecutionStrategy.sequential)
   const critical = yield* Effect.makeSemaphore(1)
-  const inFlight = yield* Ref.make(0)
-  const drained = yield* Ref.make<Deferred.Deferred<void> | undefined>(undefined)
+  // creations in flight, and what the factory's finalizer awaits until none is left (plain cells:
+  // each change is one synchronous step)
+  let inFlight = 0
+  let drained: Deferred.Deferred<void> | undefined = undefined
   let active = true
   const live = new Set<Build>()
   const teardownFibers = new Set<Fiber.RuntimeFiber<unknown, unknown>>()
@@ -211,7 +230,8 @@ export const make: Effect.Effect<
     Effect.gen(function*() {
       // A creation still in flight is stopped if it has not entered yet, and awaited either way:
       // the teardown never runs beside a creation of the same agent (PUB-06, FAC-04).
-      yield* abortCreation(build, inactive(build))
+      // (once the attempt settled nothing polls `abort` any more: skip building its error, B1)
+      if (!build.isSettled) yield* abortCreation(build, inactive(build))
       yield* Deferred.await(build.settled)
       const failures: Array<Cause.Cause<unknown>> = []
       if (build.driver !== undefined) {
@@ -283,7 +303,6 @@ export const make: Effect.Effect<
     Effect.gen(function*() {
       const feed = yield* Feed.make<AgentEvent>()
       build.feed = feed
-      const isActive = Effect.sync(() => build.driver === undefined || build.driver.isActive())
       // every live event names the initiator of the fiber chain that caused it, when there is one (§6)
       const emit = (event: AgentEvent) =>
         Effect.flatMap(FiberRef.get(currentInitiatorRef), (initiator) => {
@@ -293,14 +312,17 @@ export const make: Effect.Effect<
           return Effect.zipRight(feed.publish(named), publisher.publish(named))
         })
       const inbox = yield* internalInbox.make(session, {
-        onChange: (change) => emit(inboxEvent(build.id, change))
+        onChange(change) {
+          return emit(inboxEvent(build.id, change))
+        }
       })
-      const tools = internalTools.makeToolRegistry({ isActive, id: build.id })
-      const hooks = internalHooks.makeLoopHooks({ isActive, id: build.id })
-      const runners = Option.isSome(globalHooks) ? internalHooks.combineHooks(globalHooks.value, hooks) : hooks
-      const allTools = Effect.gen(function*() {
-        const global = Option.isSome(globalTools) ? yield* globalTools.value.list : []
-        return internalTools.resolveTools(global, yield* tools.list)
+      // the agent's own tool and hook registries are built on first use (B1, B2)
+      const runners = internalHooks.lazyRunners(Option.getOrUndefined(globalHooks), () => build.hooks)
+      const allTools = Effect.suspend(() => {
+        const own = build.tools === undefined ? Effect.succeed(noTools) : build.tools.list
+        return Option.isSome(globalTools)
+          ? Effect.zipWith(globalTools.value.list, own, internalTools.resolveTools)
+          : Effect.map(own, (perAgent) => internalTools.resolveTools([], perAgent))
       })
       let agent: Agent | undefined
       const driver = yield* Driver.make({
@@ -314,8 +336,12 @@ export const make: Effect.Effect<
         decodeArguments: Tool.decodeArguments,
         hooks: runners,
         emit,
-        withInitiator: (self) => registry.withInitiator(agent!)(self),
-        agent: () => agent!,
+        withInitiator(self) {
+          return registry.withInitiator(agent!)(self)
+        },
+        agent() {
+          return agent!
+        },
         runtime,
         storedRoute: route,
         publishing: publishingRef
@@ -335,33 +361,56 @@ export const make: Effect.Effect<
             ? registry.create({ ...rest, sessionId: childId, fork: { from: session, upTo } })
             : Effect.fail(inactiveError())
         )
+      let statusChanges: Agent["statusChanges"] | undefined
       agent = {
         id: build.id,
         options,
         session,
         inbox,
         status: driver.status,
-        statusChanges: Stream.filterMap(feed.stream, (event) =>
-          event._tag === "AgentStatusChanged" ? Option.some(event.status) : Option.none()),
-        events: feed.stream,
-        subscribe: feed.subscribe,
+        // built on first use: most agents are never observed (B2)
+        get statusChanges() {
+          return statusChanges ??= Stream.filterMap(feed.stream, statusOf)
+        },
+        get events() {
+          return feed.stream
+        },
+        get subscribe() {
+          return feed.subscribe
+        },
         send: driver.send,
-        followup: (message) => driver.send(message, "next-turn", true),
-        steer: (message) => driver.send(message, "next-step", true),
-        inject: (message) => driver.send(message, "next-step", false),
-        cancel: (cause, cancelOptions) => driver.cancel(cause, cancelOptions),
+        followup(message) {
+          return driver.send(message, "next-turn", true)
+        },
+        steer(message) {
+          return driver.send(message, "next-step", true)
+        },
+        inject(message) {
+          return driver.send(message, "next-step", false)
+        },
+        cancel(cause, cancelOptions) {
+          return driver.cancel(cause, cancelOptions)
+        },
         whenIdle: driver.whenIdle,
         runMaintenance: driver.runMaintenance,
         spawn,
         fork,
-        tools,
-        hooks
+        get tools() {
+          return toolsOf(build)
+        },
+        get hooks() {
+          return hooksOf(build)
+        }
       }
       const setupView: AgentSetup = {
         id: build.id,
         session,
-        tools,
-        hooks,
+        get tools() {
+          return toolsOf(build)
+        },
+        get hooks() {
+          return hooksOf(build)
+        },
         spawn,
         inbox: { append: inbox.append, prepend: inbox.prepend }
       }
@@ -465,26 +514,29 @@ export const make: Effect.Effect<
         feed: undefined,
         sessionEntry: undefined,
         agentEntry: undefined,
-        published: false
+        published: false,
+        tools: undefined,
+        hooks: undefined
       }
       live.add(build)
-      yield* Scope.addFinalizer(link, ownerFinalizer(build, publisher))
-      yield* Scope.addFinalizer(factoryLink, ownerFinalizer(build, publisher))
+      // one finalizer value serves both links (an Effect is a description: it runs once per link)
+      const finalizer = ownerFinalizer(build, publisher)
+      yield* Scope.addFinalizer(link, finalizer)
+      yield* Scope.addFinalizer(factoryLink, finalizer)
       return build
     })
 
   const inFlightRegion = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     Effect.acquireUseRelease(
-      Ref.update(inFlight, (n) => n + 1),
+      Effect.sync(() => {
+        inFlight++
+      }),
       () => effect,
       () =>
-        Ref.updateAndGet(inFlight, (n) => n - 1).pipe(
-          Effect.flatMap((n) =>
-            n === 0
-              ? Effect.flatMap(Ref.get(drained), (d) => (d === undefined ? Effect.void : Deferred.succeed(d, undefined)))
-              : Effect.void
-          )
-        )
+        Effect.suspend(() => {
+          inFlight--
+          return inFlight === 0 && drained !== undefined ? Deferred.succeed(drained, undefined) : Effect.void
+        })
     )
 
   const guardEntry = Effect.gen(function*() {
@@ -559,7 +611,7 @@ export const make: Effect.Effect<
       if (options.seed !== undefined && Option.isSome(Repair.isInsideOpenTurn(options.seed, options.seed.length))) {
         return yield* new AgentError.InvalidAgentOptions({ reason: "the seed ends inside an open turn" })
       }
-      if (Option.isSome(yield* registry.get(id))) {
+      if (Option.isSome(yield* internalRegistry.lookup(registry, id))) {
         return yield* new AgentError.AgentAlreadyExists({ id, where: "live" })
       }
       return yield* transaction(id, owner, publisher, (build, restore) =>
@@ -618,7 +670,7 @@ export const make: Effect.Effect<
       const id = yield* Message.sessionId(options.sessionId)
       const agentOptions = yield* validateOptions(options.options)
       if (Option.isNone(persistence)) return yield* new AgentError.PersistenceNotConfigured({ id })
-      if (Option.isSome(yield* registry.get(id)) || Option.isSome(yield* store.get(id))) {
+      if (Option.isSome(yield* internalRegistry.lookup(registry, id)) || Option.isSome(yield* store.get(id))) {
         return yield* new SessionError.SessionAlreadyLive({ id })
       }
       return yield* transaction(id, owner, publisher, (build, restore) =>
@@ -683,8 +735,8 @@ export const make: Effect.Effect<
         if (!build.entered && !build.isSettled) yield* abortCreation(build, new AgentError.AgentLoopInactive())
       }
       const waitFor = yield* Deferred.make<void>()
-      yield* Ref.set(drained, waitFor)
-      if ((yield* Ref.get(inFlight)) > 0) yield* Deferred.await(waitFor)
+      drained = waitFor
+      if (inFlight > 0) yield* Deferred.await(waitFor)
       const disposals = Array.from(live, (build) => Scope.close(build.factoryLink, Exit.void))
       yield* Effect.all(disposals, { discard: true, concurrency: "unbounded" })
       yield* Effect.forEach(Array.from(teardownFibers), (fiber) => fiber.await, { discard: true })

@@ -166,8 +166,11 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       return Option.isSome(link.entry) ? current === link.entry.value : current.value === link.agent
     }
 
+    const lookup = (id: SessionId | string): Effect.Effect<Option.Option<Agent>> =>
+      Effect.map(registry.get(id), (live) => Option.map(live, (entry) => entry.value))
+
     const get = Effect.fn("AgentRegistry.get")(function*(id: SessionId | string) {
-      return Option.map(yield* registry.get(id), (entry) => entry.value)
+      return yield* lookup(id)
     })
 
     const list = Effect.map(registry.entries, (entries) => entries.map((entry) => entry.value))
@@ -373,8 +376,26 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       withInitiator,
       withoutInitiator
     }
+    untracedLookups.set(service, lookup)
     return { registry: service, publisher }
   })
+
+/** The registries built here, with their untraced `get` (a span per creation costs B1 dearly). */
+const untracedLookups = new WeakMap<
+  AgentRegistry["Type"],
+  (id: SessionId | string) => Effect.Effect<Option.Option<Agent>>
+>()
+
+/**
+ * `registry.get` without its span, for the factory's collision pre-check; falls back to `get` for
+ * a registry built elsewhere.
+ *
+ * @internal
+ */
+export const lookup = (registry: AgentRegistry["Type"], id: SessionId | string): Effect.Effect<Option.Option<Agent>> => {
+  const untraced = untracedLookups.get(registry)
+  return untraced === undefined ? registry.get(id) : untraced(id)
+}
 
 /** @internal */
 export const make = (options?: Options): Effect.Effect<AgentRegistry["Type"], never, Scope.Scope> =>

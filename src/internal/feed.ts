@@ -4,7 +4,8 @@
  * running in their own fibers, so a failing or slow observer never affects the publisher.
  *
  * The PubSub is made on the first subscription: until someone listens, publishing costs nothing
- * (most agents of a large process are never observed, B2).
+ * (most agents of a large process are never observed, B2). A feed is one small object: its
+ * operations live on the prototype and its streams are built on first use.
  *
  * @internal
  */
@@ -26,30 +27,52 @@ export interface Feed<A> {
   readonly hasEnded: () => boolean
 }
 
-/** @internal */
-export const make = <A>(): Effect.Effect<Feed<A>> =>
-  Effect.sync(() => {
-    let ended = false
-    let pubsub: PubSub.PubSub<A | typeof END> | undefined
-    const subscribe = Effect.suspend(() => {
-      if (ended) return Effect.succeed(Stream.empty)
-      pubsub ??= Effect.runSync(PubSub.unbounded<A | typeof END>())
+class FeedImpl<A> implements Feed<A> {
+  private ended = false
+  private pubsub: PubSub.PubSub<A | typeof END> | undefined = undefined
+  private subscribeEffect: Effect.Effect<Stream.Stream<A>, never, Scope.Scope> | undefined = undefined
+  private streamValue: Stream.Stream<A> | undefined = undefined
+
+  publish(value: A): Effect.Effect<void> {
+    const pubsub = this.pubsub
+    return this.ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, value))
+  }
+
+  publishAll(values: Iterable<A>): Effect.Effect<void> {
+    const pubsub = this.pubsub
+    return this.ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publishAll(pubsub, values))
+  }
+
+  get end(): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      if (this.ended) return Effect.void
+      this.ended = true
+      return this.pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(this.pubsub, END))
+    })
+  }
+
+  get subscribe(): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> {
+    return this.subscribeEffect ??= Effect.suspend(() => {
+      if (this.ended) return Effect.succeed(Stream.empty)
+      this.pubsub ??= Effect.runSync(PubSub.unbounded<A | typeof END>())
       return Effect.map(
-        PubSub.subscribe(pubsub),
+        PubSub.subscribe(this.pubsub),
         (dequeue) => Stream.fromQueue(dequeue).pipe(Stream.takeWhile((value): value is A => value !== END))
       )
     })
-    return {
-      publish: (value) => (ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, value))),
-      publishAll: (values) =>
-        ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publishAll(pubsub, values)),
-      end: Effect.suspend(() => {
-        if (ended) return Effect.void
-        ended = true
-        return pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, END))
-      }),
-      stream: Stream.unwrapScoped(subscribe),
-      subscribe,
-      hasEnded: () => ended
-    }
-  })
+  }
+
+  get stream(): Stream.Stream<A> {
+    return this.streamValue ??= Stream.unwrapScoped(this.subscribe)
+  }
+
+  hasEnded(): boolean {
+    return this.ended
+  }
+}
+
+/** @internal */
+export const makeUnsafe = <A>(): Feed<A> => new FeedImpl<A>()
+
+/** @internal */
+export const make = <A>(): Effect.Effect<Feed<A>> => Effect.sync(() => new FeedImpl<A>())

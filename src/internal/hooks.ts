@@ -97,50 +97,71 @@ const concat = (lists: ReadonlyArray<HookLists>): HookLists => {
 }
 
 /**
+ * The runners over one source of hook lists, read afresh at every run: one small object per agent,
+ * its operations on the prototype.
+ */
+class Runners implements HookRunners {
+  constructor(private readonly current: Effect.Effect<HookLists>) {}
+
+  runPreStep(info: StepInfo, messages: ReadonlyArray<UserMessage>): Effect.Effect<PreStepDecision, unknown> {
+    const current = this.current
+    return Effect.gen(function*() {
+      const { preStep } = yield* current
+      let decision: PreStepDecision = { kind: "enter", messages }
+      for (const { hook } of preStep) {
+        if (decision.kind === "reject") break
+        decision = yield* hook({ agent: info.agent, turn: info.turn, step: info.step, messages: decision.messages })
+      }
+      return decision
+    })
+  }
+
+  runRequest(info: StepInfo, initial: Route): Effect.Effect<Route, unknown> {
+    const current = this.current
+    return Effect.gen(function*() {
+      const { request } = yield* current
+      let route = initial
+      for (const { hook } of request) {
+        route = yield* hook({ agent: info.agent, turn: info.turn, step: info.step, route })
+      }
+      return route
+    })
+  }
+
+  runRequestError(
+    info: StepInfo & { readonly error: ModelError; readonly attempt: number }
+  ): Effect.Effect<"retry" | "fail", unknown> {
+    const current = this.current
+    return Effect.gen(function*() {
+      const { requestError } = yield* current
+      if (requestError.length === 0) return "fail" as const
+      for (const { hook } of requestError) {
+        if ((yield* hook(info)) === "fail") return "fail" as const
+      }
+      return "retry" as const
+    })
+  }
+
+  runTurnStopping(info: { readonly agent: StepInfo["agent"]; readonly turn: number }): Effect.Effect<void, unknown> {
+    const current = this.current
+    return Effect.gen(function*() {
+      const { turnStopping } = yield* current
+      for (const { hook } of turnStopping) yield* hook(info)
+    })
+  }
+}
+
+/**
  * Runners over the hooks of `sources`, read afresh at every run, in source order.
  *
  * @internal
  */
-export const runnersOf = (sources: ReadonlyArray<Effect.Effect<HookLists>>): HookRunners => {
-  const current = sources.length === 1 && sources[0] !== undefined
-    ? sources[0]
-    : Effect.map(Effect.all(sources), concat)
-  return {
-    runPreStep: (info, messages) =>
-      Effect.gen(function*() {
-        const { preStep } = yield* current
-        let decision: PreStepDecision = { kind: "enter", messages }
-        for (const { hook } of preStep) {
-          if (decision.kind === "reject") break
-          decision = yield* hook({ agent: info.agent, turn: info.turn, step: info.step, messages: decision.messages })
-        }
-        return decision
-      }),
-    runRequest: (info, initial) =>
-      Effect.gen(function*() {
-        const { request } = yield* current
-        let route = initial
-        for (const { hook } of request) {
-          route = yield* hook({ agent: info.agent, turn: info.turn, step: info.step, route })
-        }
-        return route
-      }),
-    runRequestError: (info) =>
-      Effect.gen(function*() {
-        const { requestError } = yield* current
-        if (requestError.length === 0) return "fail" as const
-        for (const { hook } of requestError) {
-          if ((yield* hook(info)) === "fail") return "fail" as const
-        }
-        return "retry" as const
-      }),
-    runTurnStopping: (info) =>
-      Effect.gen(function*() {
-        const { turnStopping } = yield* current
-        for (const { hook } of turnStopping) yield* hook(info)
-      })
-  }
-}
+export const runnersOf = (sources: ReadonlyArray<Effect.Effect<HookLists>>): HookRunners =>
+  new Runners(
+    sources.length === 1 && sources[0] !== undefined
+      ? sources[0]
+      : Effect.map(Effect.all(sources), concat)
+  )
 
 /**
  * A hook registry. Registrations last until the caller's Scope closes. The per-agent registry
@@ -175,13 +196,17 @@ export const makeLoopHooks = (options: {
     ).pipe(Effect.asVoid, Effect.withSpan(span))
 
   const snapshot = Ref.get(lists)
+  const runners = new Runners(snapshot)
   const instance: LoopHooksInstance = {
     preStep: add("preStep", "LoopHooks.preStep"),
     request: add("request", "LoopHooks.request"),
     requestError: add("requestError", "LoopHooks.requestError"),
     turnStopping: add("turnStopping", "LoopHooks.turnStopping"),
     snapshot,
-    ...runnersOf([snapshot])
+    runPreStep: (info, messages) => runners.runPreStep(info, messages),
+    runRequest: (info, route) => runners.runRequest(info, route),
+    runRequestError: (info) => runners.runRequestError(info),
+    runTurnStopping: (info) => runners.runTurnStopping(info)
   }
   snapshots.set(instance, snapshot)
   return instance
@@ -195,3 +220,20 @@ export const makeLoopHooks = (options: {
  */
 export const combineHooks = (global: LoopHooksShape | undefined, perAgent: LoopHooksShape): HookRunners =>
   runnersOf(global === undefined ? [snapshotOf(perAgent)] : [snapshotOf(global), snapshotOf(perAgent)])
+
+/**
+ * Runners over the global hooks (when there are any), then the hooks of the agent's registry once
+ * it exists: an agent whose hooks are never touched never builds its registry (B1, B2).
+ *
+ * @internal
+ */
+export const lazyRunners = (
+  global: LoopHooksShape | undefined,
+  perAgent: () => LoopHooksShape | undefined
+): HookRunners => {
+  const own = Effect.suspend(() => {
+    const hooks = perAgent()
+    return hooks === undefined ? Effect.succeed(emptyLists) : snapshotOf(hooks)
+  })
+  return runnersOf(global === undefined ? [own] : [snapshotOf(global), own])
+}

@@ -346,6 +346,289 @@ type Removal = "claim" | "canceled" | "rejected"
 type InsertError = AgentError.DuplicateMessage | SessionError.SessionAppendError
 
 /**
+ * The state of one inbox. Its operations are module functions over it, so an inbox costs a few
+ * objects, not a closure per operation (B2); the lock is made on first use.
+ */
+class InboxCell {
+  readonly projection = new Projection()
+  readonly feed = Feed.makeUnsafe<InboxChange>()
+  lock: Effect.Semaphore | undefined = undefined
+  /** The frozen snapshot of each list, valid while its version is unchanged. */
+  turnSnapshot: ReadonlyArray<UserMessage> = []
+  turnVersion = -1
+  stepSnapshot: ReadonlyArray<UserMessage> = []
+  stepVersion = -1
+  constructor(
+    readonly session: Session,
+    readonly sessionCore: ReturnType<typeof core>,
+    readonly onChange: ((change: InboxChange) => Effect.Effect<void>) | undefined
+  ) {}
+}
+
+const lockOf = (state: InboxCell): Effect.Semaphore => state.lock ??= Effect.unsafeMakeSemaphore(1)
+
+// Validate → durable splice → lists changed → notifications, all under the lock; uninterruptible
+// once the lock is held so a write can never be durable without its in-memory change (INB-01b, INB-02).
+const locked = <A, E>(state: InboxCell, body: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+  lockOf(state).withPermits(1)(Effect.uninterruptible(body))
+
+const publishChanges = (state: InboxCell, changes: ReadonlyArray<InboxChange>): Effect.Effect<void> => {
+  const { feed, onChange } = state
+  if (changes.length === 1) {
+    const change = changes[0]!
+    return onChange === undefined ? feed.publish(change) : Effect.zipRight(feed.publish(change), onChange(change))
+  }
+  return Effect.forEach(changes, (change) =>
+    onChange === undefined
+      ? feed.publish(change)
+      : Effect.zipRight(feed.publish(change), onChange(change)), { discard: true })
+}
+
+const commitEvents = (
+  state: InboxCell,
+  events: Arr.NonEmptyReadonlyArray<CoreEventInput>,
+  claimed?: { readonly turn: number; readonly messages: ReadonlyArray<UserMessage> } | undefined
+): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> =>
+  Effect.flatMap(state.sessionCore.appendCore(events), (written) => {
+    const changes: Array<InboxChange> = []
+    for (const event of written) {
+      const reason = state.projection.applyEvent(event)
+      if (reason !== undefined) return Effect.dieMessage(`bug: the inbox wrote an invalid event: ${reason}`)
+      if (event.type === "agent/inbox/spliced") changesOf(event.data as SpliceData, changes)
+    }
+    if (claimed !== undefined) changes.push(Change.Claimed(claimed))
+    return Effect.as(publishChanges(state, changes), written)
+  })
+
+// Removal splices for a set of pending ids: next-step first, each one contiguous run of one kind,
+// ascending, `start` relative to the list after the previous splices of the batch.
+const removalSplices = (projection: Projection, kinds: ReadonlyMap<string, Removal>): Array<SpliceInput> => {
+  const out: Array<SpliceInput> = []
+  for (const target of targets) {
+    let wanted = 0
+    for (const id of kinds.keys()) if (projection.targetOf(id) === target) wanted++
+    const list = projection.lists[target]
+    let removedSoFar = 0
+    let run: { start: number; kind: Removal; ids: Array<MessageId> } | undefined
+    const flush = () => {
+      if (run === undefined) return
+      out.push({
+        type: "agent/inbox/spliced",
+        data: {
+          target,
+          start: run.start - removedSoFar,
+          removed: run.ids,
+          inserted: [],
+          ...(run.kind === "claim" ? {} : { outcome: run.kind })
+        }
+      })
+      removedSoFar += run.ids.length
+      run = undefined
+    }
+    for (let i = 0; i < list.length && wanted > 0; i++) {
+      const id = list.at(i).id
+      const kind = kinds.get(id)
+      if (kind === undefined) {
+        flush()
+        continue
+      }
+      wanted--
+      if (run !== undefined && run.kind === kind) run.ids.push(id)
+      else {
+        flush()
+        run = { start: i, kind, ids: [id] }
+      }
+    }
+    flush()
+  }
+  return out
+}
+
+const duplicate = (projection: Projection, id: MessageId): AgentError.DuplicateMessage | undefined => {
+  const state = projection.stateOf(id)
+  return state === undefined ? undefined : new AgentError.DuplicateMessage({ id, state })
+}
+
+const insertInto = (
+  state: InboxCell,
+  target: InboxTarget,
+  message: UserMessage,
+  position: "end" | "front",
+  extra?: (() => ReadonlyArray<CoreEventInput>) | undefined
+): Effect.Effect<void, InsertError> =>
+  Effect.flatMap(validateMessage(message), (checked) =>
+    locked(
+      state,
+      Effect.suspend((): Effect.Effect<void, InsertError> => {
+        const existing = duplicate(state.projection, checked.id)
+        if (existing !== undefined) return Effect.fail(existing)
+        const splice: SpliceInput = {
+          type: "agent/inbox/spliced",
+          data: {
+            target,
+            start: position === "end" ? state.projection.lists[target].length : 0,
+            removed: [],
+            inserted: [checked]
+          }
+        }
+        return Effect.asVoid(commitEvents(state, extra === undefined ? [splice] : [splice, ...extra()]))
+      })
+    ))
+
+const replaceIn = Effect.fn("Inbox.replace")(function*(state: InboxCell, id: MessageId, message: UserMessage) {
+  const checked = yield* validateMessage(message)
+  return yield* locked(
+    state,
+    Effect.suspend((): Effect.Effect<boolean, InsertError> => {
+      const { projection } = state
+      const target = projection.targetOf(id)
+      if (target === undefined) return Effect.succeed(false)
+      const existing = duplicate(projection, checked.id)
+      if (existing !== undefined) return Effect.fail(existing)
+      return Effect.as(
+        commitEvents(state, [{
+          type: "agent/inbox/spliced",
+          data: {
+            target,
+            start: projection.indexOf(target, id),
+            removed: [id],
+            inserted: [checked],
+            outcome: "canceled"
+          }
+        }]),
+        true
+      )
+    })
+  )
+})
+
+const removeFrom = Effect.fn("Inbox.remove")(function*(state: InboxCell, id: MessageId) {
+  return yield* locked(
+    state,
+    Effect.suspend(() => {
+      const { projection } = state
+      const target = projection.targetOf(id)
+      if (target === undefined) return Effect.succeed(false)
+      return Effect.as(
+        commitEvents(state, [{
+          type: "agent/inbox/spliced",
+          data: { target, start: projection.indexOf(target, id), removed: [id], inserted: [], outcome: "canceled" }
+        }]),
+        true
+      )
+    })
+  )
+})
+
+const clearAll = (state: InboxCell): Effect.Effect<void, SessionError.SessionAppendError> =>
+  locked(
+    state,
+    Effect.suspend(() => {
+      const splices: Array<SpliceInput> = []
+      for (const target of targets) {
+        const list = state.projection.lists[target]
+        if (list.length === 0) continue
+        splices.push({
+          type: "agent/inbox/spliced",
+          data: { target, start: 0, removed: list.toArray().map((m) => m.id), inserted: [], outcome: "canceled" }
+        })
+      }
+      return isNonEmpty(splices) ? Effect.asVoid(commitEvents(state, splices)) : Effect.void
+    })
+  ).pipe(Effect.withSpan("Inbox.clear"))
+
+const snapshotOf = (state: InboxCell, target: InboxTarget): ReadonlyArray<UserMessage> => {
+  const list = state.projection.lists[target]
+  if (target === "next-turn") {
+    if (state.turnVersion !== list.version) {
+      state.turnSnapshot = Object.freeze(list.toArray())
+      state.turnVersion = list.version
+    }
+    return state.turnSnapshot
+  }
+  if (state.stepVersion !== list.version) {
+    state.stepSnapshot = Object.freeze(list.toArray())
+    state.stepVersion = list.version
+  }
+  return state.stepSnapshot
+}
+
+const peekAt = (state: InboxCell, boundary: "turn" | "step"): Effect.Effect<ReadonlyArray<UserMessage>> =>
+  Effect.sync(() => {
+    const steps = snapshotOf(state, "next-step")
+    const turns = state.projection.lists["next-turn"]
+    if (boundary === "step" || turns.length === 0) return steps
+    return [...steps, turns.at(0)]
+  })
+
+const claimIn = Effect.fnUntraced(function*(state: InboxCell, claimOptions: ClaimOptions) {
+  const entering: Array<UserMessage> = []
+  for (const message of claimOptions.entering) entering.push(yield* validateMessage(message))
+  return yield* locked(
+    state,
+    Effect.suspend(() => {
+      const { projection } = state
+      if (!claimOptions.guard()) return Effect.succeed(Option.none<ClaimResult>())
+      const peeked = new Set<string>(claimOptions.peeked)
+      const kinds = new Map<string, Removal>()
+      const entered: Array<UserMessage> = []
+      const seen = new Set<string>()
+      for (const message of entering) {
+        if (seen.has(message.id)) continue
+        seen.add(message.id)
+        if (peeked.has(message.id)) {
+          // Peeked and canceled (or replaced) meanwhile: it does not enter.
+          if (projection.targetOf(message.id) === undefined) continue
+          kinds.set(message.id, "claim")
+          entered.push(message)
+        } else if (projection.stateOf(message.id) === undefined) {
+          entered.push(message)
+        }
+      }
+      for (const id of peeked) {
+        if (!kinds.has(id) && projection.targetOf(id) !== undefined) kinds.set(id, "rejected")
+      }
+      const splices = removalSplices(projection, kinds)
+      if (entered.length === 0) {
+        if (!isNonEmpty(splices)) return Effect.succeed(Option.some<ClaimResult>({ entered: [], events: [] }))
+        return Effect.map(commitEvents(state, splices), (events) => Option.some<ClaimResult>({ entered: [], events }))
+      }
+      const { step, turn } = claimOptions
+      const batch: Array<CoreEventInput> = [
+        ...(claimOptions.extraBefore ?? []),
+        ...splices,
+        { type: "step/start", data: { turn, step } },
+        ...entered.map((message): CoreEventInput => ({ type: "user/message", data: { turn, step, message } }))
+      ]
+      return Effect.map(
+        commitEvents(state, batch as unknown as Arr.NonEmptyReadonlyArray<CoreEventInput>, {
+          turn,
+          messages: entered
+        }),
+        (events) => Option.some<ClaimResult>({ entered, events })
+      )
+    })
+  )
+})
+
+const rejectIn = (
+  state: InboxCell,
+  ids: ReadonlyArray<MessageId>,
+  rejectOptions?: { readonly guard?: (() => boolean) | undefined } | undefined
+): Effect.Effect<ReadonlyArray<MessageId>, SessionError.SessionAppendError> =>
+  locked(
+    state,
+    Effect.suspend(() => {
+      if (rejectOptions?.guard !== undefined && !rejectOptions.guard()) return Effect.succeed([])
+      const kinds = new Map<string, Removal>()
+      for (const id of ids) if (state.projection.targetOf(id) !== undefined) kinds.set(id, "rejected")
+      const splices = removalSplices(state.projection, kinds)
+      if (!isNonEmpty(splices)) return Effect.succeed([])
+      return Effect.as(commitEvents(state, splices), splices.flatMap((splice) => splice.data.removed))
+    })
+  )
+
+/**
  * Builds the inbox of a session by replaying its events after `header.seedLength` (INB-05).
  *
  * @internal
@@ -354,280 +637,107 @@ export const make = (
   session: Session,
   options?: InboxOptions | undefined
 ): Effect.Effect<InboxInternal, AgentError.InvalidInboxLog> =>
-  Effect.gen(function*() {
-    const sessionCore = core(session)
-    const projection = new Projection()
-    const log = sessionCore.log()
+  Effect.suspend(() => {
+    const state = new InboxCell(session, core(session), options?.onChange)
+    const { projection } = state
+    const log = state.sessionCore.log()
     const end = log.length
     const from = Math.min(session.header.seedLength, end)
     // a new session has nothing to replay: skip building the stream (B1)
-    if (from < end) yield* Stream.fromIterable(range(log, from, end)).pipe(
-      Stream.runForEachChunk((chunk) =>
-        Effect.suspend(() => {
-          for (const event of chunk) {
-            const reason = projection.applyEvent(event)
-            if (reason !== undefined) {
-              return Effect.fail(new AgentError.InvalidInboxLog({ id: session.id, seq: event.seq, reason }))
+    const replay: Effect.Effect<void, AgentError.InvalidInboxLog> = from < end
+      ? Stream.fromIterable(range(log, from, end)).pipe(
+        Stream.runForEachChunk((chunk) =>
+          Effect.suspend(() => {
+            for (const event of chunk) {
+              const reason = projection.applyEvent(event)
+              if (reason !== undefined) {
+                return Effect.fail(new AgentError.InvalidInboxLog({ id: session.id, seq: event.seq, reason }))
+              }
             }
-          }
-          return Effect.void
-        })
-      )
-    )
-
-    const feed = yield* Feed.make<InboxChange>()
-    const lock = yield* Effect.makeSemaphore(1)
-    const onChange = options?.onChange
-    const { lists } = projection
-
-    // Validate → durable splice → lists changed → notifications, all under the lock; uninterruptible
-    // once the lock is held so a write can never be durable without its in-memory change (INB-01b, INB-02).
-    const locked = <A, E>(body: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-      lock.withPermits(1)(Effect.uninterruptible(body))
-
-    const publish = (changes: ReadonlyArray<InboxChange>): Effect.Effect<void> =>
-      Effect.forEach(changes, (change) =>
-        onChange === undefined
-          ? feed.publish(change)
-          : Effect.zipRight(feed.publish(change), onChange(change)), { discard: true })
-
-    const commit = (
-      events: Arr.NonEmptyReadonlyArray<CoreEventInput>,
-      claimed?: { readonly turn: number; readonly messages: ReadonlyArray<UserMessage> } | undefined
-    ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> =>
-      Effect.flatMap(sessionCore.appendCore(events), (written) => {
-        const changes: Array<InboxChange> = []
-        for (const event of written) {
-          const reason = projection.applyEvent(event)
-          if (reason !== undefined) return Effect.dieMessage(`bug: the inbox wrote an invalid event: ${reason}`)
-          if (event.type === "agent/inbox/spliced") changesOf(event.data as SpliceData, changes)
-        }
-        if (claimed !== undefined) changes.push(Change.Claimed(claimed))
-        return Effect.as(publish(changes), written)
-      })
-
-    // Removal splices for a set of pending ids: next-step first, each one contiguous run of one kind,
-    // ascending, `start` relative to the list after the previous splices of the batch.
-    const removalSplices = (kinds: ReadonlyMap<string, Removal>): Array<SpliceInput> => {
-      const out: Array<SpliceInput> = []
-      for (const target of targets) {
-        let wanted = 0
-        for (const id of kinds.keys()) if (projection.targetOf(id) === target) wanted++
-        const list = lists[target]
-        let removedSoFar = 0
-        let run: { start: number; kind: Removal; ids: Array<MessageId> } | undefined
-        const flush = () => {
-          if (run === undefined) return
-          out.push({
-            type: "agent/inbox/spliced",
-            data: {
-              target,
-              start: run.start - removedSoFar,
-              removed: run.ids,
-              inserted: [],
-              ...(run.kind === "claim" ? {} : { outcome: run.kind })
-            }
+            return Effect.void
           })
-          removedSoFar += run.ids.length
-          run = undefined
-        }
-        for (let i = 0; i < list.length && wanted > 0; i++) {
-          const id = list.at(i).id
-          const kind = kinds.get(id)
-          if (kind === undefined) {
-            flush()
-            continue
-          }
-          wanted--
-          if (run !== undefined && run.kind === kind) run.ids.push(id)
-          else {
-            flush()
-            run = { start: i, kind, ids: [id] }
-          }
-        }
-        flush()
-      }
-      return out
-    }
-
-    const duplicate = (id: MessageId): AgentError.DuplicateMessage | undefined => {
-      const state = projection.stateOf(id)
-      return state === undefined ? undefined : new AgentError.DuplicateMessage({ id, state })
-    }
-
-    const insert = Effect.fnUntraced(function*(
-      target: InboxTarget,
-      message: UserMessage,
-      position: "end" | "front",
-      extra?: (() => ReadonlyArray<CoreEventInput>) | undefined
-    ) {
-      const checked = yield* validateMessage(message)
-      yield* locked(Effect.suspend((): Effect.Effect<unknown, InsertError> => {
-        const existing = duplicate(checked.id)
-        if (existing !== undefined) return Effect.fail(existing)
-        const splice: SpliceInput = {
-          type: "agent/inbox/spliced",
-          data: {
-            target,
-            start: position === "end" ? lists[target].length : 0,
-            removed: [],
-            inserted: [checked]
-          }
-        }
-        return commit(extra === undefined ? [splice] : [splice, ...extra()])
-      }))
-    })
-
-    const replace = Effect.fn("Inbox.replace")(function*(id: MessageId, message: UserMessage) {
-      const checked = yield* validateMessage(message)
-      return yield* locked(Effect.suspend((): Effect.Effect<boolean, InsertError> => {
-        const target = projection.targetOf(id)
-        if (target === undefined) return Effect.succeed(false)
-        const existing = duplicate(checked.id)
-        if (existing !== undefined) return Effect.fail(existing)
-        return Effect.as(
-          commit([{
-            type: "agent/inbox/spliced",
-            data: {
-              target,
-              start: projection.indexOf(target, id),
-              removed: [id],
-              inserted: [checked],
-              outcome: "canceled"
-            }
-          }]),
-          true
         )
-      }))
-    })
-
-    const remove = Effect.fn("Inbox.remove")(function*(id: MessageId) {
-      return yield* locked(Effect.suspend(() => {
-        const target = projection.targetOf(id)
-        if (target === undefined) return Effect.succeed(false)
-        return Effect.as(
-          commit([{
-            type: "agent/inbox/spliced",
-            data: { target, start: projection.indexOf(target, id), removed: [id], inserted: [], outcome: "canceled" }
-          }]),
-          true
-        )
-      }))
-    })
-
-    const clear: Effect.Effect<void, SessionError.SessionAppendError> = locked(Effect.suspend(() => {
-      const splices: Array<SpliceInput> = []
-      for (const target of targets) {
-        const list = lists[target]
-        if (list.length === 0) continue
-        splices.push({
-          type: "agent/inbox/spliced",
-          data: { target, start: 0, removed: list.toArray().map((m) => m.id), inserted: [], outcome: "canceled" }
-        })
-      }
-      return isNonEmpty(splices) ? Effect.asVoid(commit(splices)) : Effect.void
-    })).pipe(Effect.withSpan("Inbox.clear"))
-
-    const peek = (boundary: "turn" | "step"): Effect.Effect<ReadonlyArray<UserMessage>> =>
-      Effect.sync(() => {
-        const steps = snapshotOf("next-step")
-        if (boundary === "step" || lists["next-turn"].length === 0) return steps
-        return [...steps, lists["next-turn"].at(0)]
-      })
-
-    const claim = Effect.fnUntraced(function*(claimOptions: ClaimOptions) {
-      const entering: Array<UserMessage> = []
-      for (const message of claimOptions.entering) entering.push(yield* validateMessage(message))
-      return yield* locked(Effect.suspend(() => {
-        if (!claimOptions.guard()) return Effect.succeed(Option.none<ClaimResult>())
-        const peeked = new Set<string>(claimOptions.peeked)
-        const kinds = new Map<string, Removal>()
-        const entered: Array<UserMessage> = []
-        const seen = new Set<string>()
-        for (const message of entering) {
-          if (seen.has(message.id)) continue
-          seen.add(message.id)
-          if (peeked.has(message.id)) {
-            // Peeked and canceled (or replaced) meanwhile: it does not enter.
-            if (projection.targetOf(message.id) === undefined) continue
-            kinds.set(message.id, "claim")
-            entered.push(message)
-          } else if (projection.stateOf(message.id) === undefined) {
-            entered.push(message)
-          }
-        }
-        for (const id of peeked) {
-          if (!kinds.has(id) && projection.targetOf(id) !== undefined) kinds.set(id, "rejected")
-        }
-        const splices = removalSplices(kinds)
-        if (entered.length === 0) {
-          if (!isNonEmpty(splices)) return Effect.succeed(Option.some<ClaimResult>({ entered: [], events: [] }))
-          return Effect.map(commit(splices), (events) => Option.some<ClaimResult>({ entered: [], events }))
-        }
-        const { step, turn } = claimOptions
-        const batch: Array<CoreEventInput> = [
-          ...(claimOptions.extraBefore ?? []),
-          ...splices,
-          { type: "step/start", data: { turn, step } },
-          ...entered.map((message): CoreEventInput => ({ type: "user/message", data: { turn, step, message } }))
-        ]
-        return Effect.map(
-          commit(batch as unknown as Arr.NonEmptyReadonlyArray<CoreEventInput>, { turn, messages: entered }),
-          (events) => Option.some<ClaimResult>({ entered, events })
-        )
-      }))
-    })
-
-    const reject = (
-      ids: ReadonlyArray<MessageId>,
-      rejectOptions?: { readonly guard?: (() => boolean) | undefined } | undefined
-    ): Effect.Effect<ReadonlyArray<MessageId>, SessionError.SessionAppendError> =>
-      locked(Effect.suspend(() => {
-        if (rejectOptions?.guard !== undefined && !rejectOptions.guard()) return Effect.succeed([])
-        const kinds = new Map<string, Removal>()
-        for (const id of ids) if (projection.targetOf(id) !== undefined) kinds.set(id, "rejected")
-        const splices = removalSplices(kinds)
-        if (!isNonEmpty(splices)) return Effect.succeed([])
-        return Effect.as(commit(splices), splices.flatMap((splice) => splice.data.removed))
-      }))
-
-    const snapshots: Record<InboxTarget, { version: number; items: ReadonlyArray<UserMessage> }> = {
-      "next-turn": { version: -1, items: [] },
-      "next-step": { version: -1, items: [] }
-    }
-    const snapshotOf = (target: InboxTarget): ReadonlyArray<UserMessage> => {
-      const cached = snapshots[target]
-      const list = lists[target]
-      if (cached.version !== list.version) {
-        cached.items = Object.freeze(list.toArray())
-        cached.version = list.version
-      }
-      return cached.items
-    }
-
-    const inbox: InboxInternal = {
-      nextTurn: Effect.sync(() => snapshotOf("next-turn")),
-      nextStep: Effect.sync(() => snapshotOf("next-step")),
-      hasPending: Effect.sync(() => lists["next-turn"].length + lists["next-step"].length > 0),
-      append: (target, message) => Effect.withSpan(insert(target, message, "end"), "Inbox.append"),
-      prepend: (target, message) => Effect.withSpan(insert(target, message, "front"), "Inbox.prepend"),
-      replace,
-      remove,
-      clear,
-      changes: feed.stream,
-      subscribe: feed.subscribe,
-      insert,
-      peek,
-      claim,
-      reject,
-      stateOf: (id) => projection.stateOf(id),
-      sizes: () => ({ nextTurn: lists["next-turn"].length, nextStep: lists["next-step"].length }),
-      clearCanceled: clear,
-      withLock: (effect) => lock.withPermits(1)(effect),
-      end: feed.end
-    }
-    return inbox
+      )
+      : Effect.void
+    return Effect.as(replay, inboxOf(state))
   })
+
+/**
+ * The inbox object: its operations on the prototype, over the module functions. The public
+ * operations are own properties too, so they can be passed around detached from the inbox.
+ */
+class InboxImpl implements InboxInternal {
+  readonly append: InboxInternal["append"]
+  readonly prepend: InboxInternal["prepend"]
+  readonly replace: InboxInternal["replace"]
+  readonly remove: InboxInternal["remove"]
+  constructor(private readonly cell: InboxCell) {
+    this.append = (target, message) => Effect.withSpan(insertInto(cell, target, message, "end"), "Inbox.append")
+    this.prepend = (target, message) => Effect.withSpan(insertInto(cell, target, message, "front"), "Inbox.prepend")
+    this.replace = (id, message) => replaceIn(cell, id, message)
+    this.remove = (id) => removeFrom(cell, id)
+  }
+  get nextTurn(): Effect.Effect<ReadonlyArray<UserMessage>> {
+    return Effect.sync(() => snapshotOf(this.cell, "next-turn"))
+  }
+  get nextStep(): Effect.Effect<ReadonlyArray<UserMessage>> {
+    return Effect.sync(() => snapshotOf(this.cell, "next-step"))
+  }
+  get hasPending(): Effect.Effect<boolean> {
+    return Effect.sync(() => this.pending())
+  }
+  get clear(): Effect.Effect<void, SessionError.SessionAppendError> {
+    return clearAll(this.cell)
+  }
+  get clearCanceled(): Effect.Effect<void, SessionError.SessionAppendError> {
+    return clearAll(this.cell)
+  }
+  get changes(): Stream.Stream<InboxChange> {
+    return this.cell.feed.stream
+  }
+  get subscribe(): Effect.Effect<Stream.Stream<InboxChange>, never, Scope.Scope> {
+    return this.cell.feed.subscribe
+  }
+  get end(): Effect.Effect<void> {
+    return this.cell.feed.end
+  }
+  insert(
+    target: InboxTarget,
+    message: UserMessage,
+    position: "end" | "front",
+    extra?: (() => ReadonlyArray<CoreEventInput>) | undefined
+  ): Effect.Effect<void, InsertError> {
+    return insertInto(this.cell, target, message, position, extra)
+  }
+  peek(boundary: "turn" | "step"): Effect.Effect<ReadonlyArray<UserMessage>> {
+    return peekAt(this.cell, boundary)
+  }
+  claim(claimOptions: ClaimOptions): Effect.Effect<Option.Option<ClaimResult>, SessionError.SessionAppendError> {
+    return claimIn(this.cell, claimOptions)
+  }
+  reject(
+    ids: ReadonlyArray<MessageId>,
+    rejectOptions?: { readonly guard?: (() => boolean) | undefined } | undefined
+  ): Effect.Effect<ReadonlyArray<MessageId>, SessionError.SessionAppendError> {
+    return rejectIn(this.cell, ids, rejectOptions)
+  }
+  stateOf(id: string): InboxState | undefined {
+    return this.cell.projection.stateOf(id)
+  }
+  sizes(): { readonly nextTurn: number; readonly nextStep: number } {
+    const { lists } = this.cell.projection
+    return { nextTurn: lists["next-turn"].length, nextStep: lists["next-step"].length }
+  }
+  withLock<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> {
+    return lockOf(this.cell).withPermits(1)(effect)
+  }
+  private pending(): boolean {
+    const { lists } = this.cell.projection
+    return lists["next-turn"].length + lists["next-step"].length > 0
+  }
+}
+
+const inboxOf = (cell: InboxCell): InboxInternal => new InboxImpl(cell)
 
 const isNonEmpty = <A>(as: ReadonlyArray<A>): as is Arr.NonEmptyReadonlyArray<A> => as.length > 0
 

@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import { Cause, Effect, HashMap, Option, Ref } from "effect"
+import { Cause, Effect, Option, Ref } from "effect"
 import type { Scope } from "effect"
 
 /**
@@ -61,40 +61,43 @@ export const make = <A, P>(events: {
   readonly disposed: (entry: Entry<A, P>) => Effect.Effect<void>
 }): Effect.Effect<LifecycleRegistry<A, P>> =>
   Effect.gen(function*() {
-    const slots = yield* Ref.make(HashMap.empty<string, Slot<A, P>>())
+    // A plain Map read and changed in synchronous steps: each step is atomic (one JS turn), as a
+    // Ref.modify over a HashMap would be, without a persistent map per change (B1).
+    const slots = new Map<string, Slot<A, P>>()
     const hooks = yield* Ref.make<ReadonlyArray<Hook<A>>>([])
     let order = 0
 
-    const enter = (key: string, value: A, parent: P) =>
-      Ref.modify(slots, (map): [Effect.Effect<Entry<A, P>, Entry<A, P>>, HashMap.HashMap<string, Slot<A, P>>] => {
-        const live = HashMap.get(map, key)
-        if (Option.isSome(live)) return [Effect.fail(live.value.entry), map]
+    const enter = (key: string, value: A, parent: P): Effect.Effect<Entry<A, P>, Entry<A, P>> =>
+      Effect.suspend(() => {
+        const live = slots.get(key)
+        if (live !== undefined) return Effect.fail(live.entry)
         const entry: Entry<A, P> = { key, value, parent, order: order++ }
-        return [Effect.succeed(entry), HashMap.set(map, key, { entry, phase: "entered", detachRequested: false })]
-      }).pipe(Effect.flatten)
+        slots.set(key, { entry, phase: "entered", detachRequested: false })
+        return Effect.succeed(entry)
+      })
 
     /** Removes the slot of `entry` if it is live; tells whether the disposal event is owed. */
-    const remove = (entry: Entry<A, P>) =>
-      Ref.modify(slots, (map): [boolean, HashMap.HashMap<string, Slot<A, P>>] => {
-        const live = HashMap.get(map, entry.key)
-        if (Option.isNone(live) || live.value.entry !== entry) return [false, map]
-        return [live.value.phase !== "entered", HashMap.remove(map, entry.key)]
-      })
+    const remove = (entry: Entry<A, P>): boolean => {
+      const live = slots.get(entry.key)
+      if (live === undefined || live.entry !== entry) return false
+      slots.delete(entry.key)
+      return live.phase !== "entered"
+    }
 
     const removeAndEmit = (entry: Entry<A, P>) =>
-      Effect.flatMap(remove(entry), (announced) => (announced ? events.disposed(entry) : Effect.void))
+      Effect.suspend(() => (remove(entry) ? events.disposed(entry) : Effect.void))
 
-    const setPhase = (entry: Entry<A, P>, from: Phase, to: Phase) =>
-      Ref.modify(slots, (map): [Option.Option<Slot<A, P>>, HashMap.HashMap<string, Slot<A, P>>] => {
-        const live = HashMap.get(map, entry.key)
-        if (Option.isNone(live) || live.value.entry !== entry || live.value.phase !== from) return [live, map]
-        const next = { ...live.value, phase: to }
-        return [Option.some(live.value), HashMap.set(map, entry.key, next)]
-      })
+    const setPhase = (entry: Entry<A, P>, from: Phase, to: Phase): Option.Option<Slot<A, P>> => {
+      const live = slots.get(entry.key)
+      if (live === undefined) return Option.none()
+      if (live.entry !== entry || live.phase !== from) return Option.some(live)
+      slots.set(entry.key, { ...live, phase: to })
+      return Option.some(live)
+    }
 
     const announce = (entry: Entry<A, P>) =>
       Effect.gen(function*() {
-        const before = yield* setPhase(entry, "entered", "announcing")
+        const before = setPhase(entry, "entered", "announcing")
         if (Option.isNone(before) || before.value.entry !== entry) {
           return yield* Effect.dieMessage(`bug: announce of ${entry.key}, which is not live in this registry`)
         }
@@ -111,7 +114,7 @@ export const make = <A, P>(events: {
             break
           }
         }
-        const after = yield* setPhase(entry, "announcing", "announced")
+        const after = setPhase(entry, "announcing", "announced")
         if (veto !== undefined) {
           yield* removeAndEmit(entry)
           return yield* Effect.fail(veto)
@@ -119,27 +122,30 @@ export const make = <A, P>(events: {
         if (Option.isSome(after) && after.value.detachRequested) yield* removeAndEmit(entry)
       }).pipe(Effect.uninterruptible)
 
-    const detach = (entry: Entry<A, P>) =>
-      Ref.modify(slots, (map): [boolean, HashMap.HashMap<string, Slot<A, P>>] => {
-        const live = HashMap.get(map, entry.key)
-        if (Option.isNone(live) || live.value.entry !== entry) return [false, map]
-        if (live.value.phase === "announcing") {
-          return [false, HashMap.set(map, entry.key, { ...live.value, detachRequested: true })]
+    const detach = (entry: Entry<A, P>): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        const live = slots.get(entry.key)
+        if (live === undefined || live.entry !== entry) return Effect.void
+        if (live.phase === "announcing") {
+          slots.set(entry.key, { ...live, detachRequested: true })
+          return Effect.void
         }
-        return [live.value.phase === "announced", HashMap.remove(map, entry.key)]
-      }).pipe(Effect.flatMap((announced) => (announced ? events.disposed(entry) : Effect.void)))
-
-    const get = (key: string) => Effect.map(Ref.get(slots), (map) => Option.map(HashMap.get(map, key), (s) => s.entry))
-
-    const isLive = (entry: Entry<A, P>) =>
-      Effect.map(Ref.get(slots), (map) => {
-        const live = HashMap.get(map, entry.key)
-        return Option.isSome(live) && live.value.entry === entry
+        slots.delete(entry.key)
+        return live.phase === "announced" ? events.disposed(entry) : Effect.void
       })
 
-    const entries = Effect.map(Ref.get(slots), (map) => {
+    const get = (key: string): Effect.Effect<Option.Option<Entry<A, P>>> =>
+      Effect.sync(() => {
+        const live = slots.get(key)
+        return live === undefined ? Option.none() : Option.some(live.entry)
+      })
+
+    const isLive = (entry: Entry<A, P>): Effect.Effect<boolean> =>
+      Effect.sync(() => slots.get(entry.key)?.entry === entry)
+
+    const entries = Effect.sync(() => {
       const out: Array<Entry<A, P>> = []
-      for (const slot of HashMap.values(map)) out.push(slot.entry)
+      for (const slot of slots.values()) out.push(slot.entry)
       return out.sort((a, b) => a.order - b.order)
     })
 
