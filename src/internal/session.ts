@@ -1,11 +1,11 @@
 /**
- * The Session implementation: an in-memory log with one writer fiber fed by a Queue (SES-02),
- * committed only after the writer acknowledged, published after commit, with the model-visible
- * history and the turn state folded incrementally.
+ * The Session implementation: an in-memory log with one writer fiber fed by a Queue (SES-02), both
+ * started by the first append; events are committed only after the writer acknowledged, published
+ * after commit, with the model-visible history and the turn state folded incrementally.
  *
  * @internal
  */
-import { Cause, Clock, Deferred, Effect, Either, Fiber, Option, Queue } from "effect"
+import { Cause, Clock, Deferred, Effect, Either, Fiber, Option, Queue, Runtime } from "effect"
 import type { Array as Arr, Chunk, Scope } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session } from "../Session.js"
@@ -99,79 +99,133 @@ export const make = (options: {
     let isClosed = false
 
     const feed = yield* Feed.make<SessionEvent>()
-    const queue = yield* Queue.unbounded<Command>()
+    const runtime = yield* Effect.runtime<never>()
+    // the writer fiber and its queue are started by the first append (SES-02: still one per session)
+    let queue: Queue.Queue<Command> | undefined
+    let writerFiber: Fiber.RuntimeFiber<void> | undefined
 
-    const failAll = (requests: ReadonlyArray<Request>, cause: Cause.Cause<SessionError.SessionAppendError>) =>
-      Effect.forEach(requests, (r) => Deferred.failCause(r.done, cause), { discard: true })
+    /** Per-session helpers as methods (no per-session named closures to build). */
+    const w = {
+      /** The queue of the writer fiber, starting both on first use. */
+      startWriter(): Queue.Queue<Command> {
+        if (queue !== undefined) return queue
+        const failAll = (requests: ReadonlyArray<Request>, cause: Cause.Cause<SessionError.SessionAppendError>) =>
+          Effect.forEach(requests, (r) => Deferred.failCause(r.done, cause), { discard: true })
 
-    const writeBatch = (requests: ReadonlyArray<Request>) =>
-      Effect.gen(function*() {
-        const time = yield* Clock.currentTimeMillis
-        const stamped: Array<SessionEvent> = []
-        const perRequest: Array<Arr.NonEmptyReadonlyArray<SessionEvent>> = []
-        let seq = log.length
-        for (const request of requests) {
-          const out: Array<SessionEvent> = []
-          for (const input of request.inputs) {
-            const event = Object.freeze({ seq: seq++, time, type: input.type, data: input.data }) as SessionEvent
-            out.push(event)
-            stamped.push(event)
-          }
-          perRequest.push(out as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
-        }
-        if (options.writer !== undefined) {
-          // a defect of the writer reaches the callers as a defect; the writer fiber lives on
-          const written = yield* Effect.exit(
-            options.writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
-          )
-          if (written._tag === "Failure") return yield* failAll(requests, written.cause)
-        }
-        for (const event of stamped) {
-          log.push(event)
-          if (history.fold(messages, event)) messagesSnapshot = undefined
-          turns.fold(event, log.length)
-        }
-        eventsSnapshot = undefined
-        yield* feed.publishAll(stamped)
-        for (let i = 0; i < requests.length; i++) yield* Deferred.succeed(requests[i]!.done, perRequest[i]!)
-      })
-
-    /** Handles one batch of commands: whatever was queued behind the first one, in order. */
-    const handle = (first: Command, rest: Chunk.Chunk<Command>) =>
-      Effect.suspend(() => {
-        const requests: Array<Request> = []
-        const refused: Array<Request> = []
-        let closing = false
-        const sort = (command: Command) => {
-          if (command === "close") closing = true
-          else if (closing) refused.push(command)
-          else requests.push(command)
-        }
-        sort(first)
-        for (const command of rest) sort(command)
-        const closed = refused.length === 0
-          ? Effect.void
-          : Effect.forEach(refused, (r) => Deferred.fail(r.done, new SessionError.SessionClosed({ id })), {
-            discard: true
+        const writeBatch = (requests: ReadonlyArray<Request>) =>
+          Effect.gen(function*() {
+            const time = yield* Clock.currentTimeMillis
+            const stamped: Array<SessionEvent> = []
+            const perRequest: Array<Arr.NonEmptyReadonlyArray<SessionEvent>> = []
+            let seq = log.length
+            for (const request of requests) {
+              const out: Array<SessionEvent> = []
+              for (const input of request.inputs) {
+                const event = Object.freeze({ seq: seq++, time, type: input.type, data: input.data }) as SessionEvent
+                out.push(event)
+                stamped.push(event)
+              }
+              perRequest.push(out as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
+            }
+            if (options.writer !== undefined) {
+              // a defect of the writer reaches the callers as a defect; the writer fiber lives on
+              const written = yield* Effect.exit(
+                options.writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
+              )
+              if (written._tag === "Failure") return yield* failAll(requests, written.cause)
+            }
+            for (const event of stamped) {
+              log.push(event)
+              if (history.fold(messages, event)) messagesSnapshot = undefined
+              turns.fold(event, log.length)
+            }
+            eventsSnapshot = undefined
+            yield* feed.publishAll(stamped)
+            for (let i = 0; i < requests.length; i++) yield* Deferred.succeed(requests[i]!.done, perRequest[i]!)
           })
-        const written = requests.length > 0 ? Effect.zipRight(closed, writeBatch(requests)) : closed
-        return Effect.as(written, closing)
-      })
 
-    const loop: Effect.Effect<void> = Effect.flatMap(
-      Queue.take(queue),
-      (first) =>
-        Effect.flatMap(
-          Queue.takeAll(queue),
-          (rest) => Effect.flatMap(handle(first, rest), (closing) => (closing ? Effect.void : loop))
-        )
-    )
+        /** Handles one batch of commands: whatever was queued behind the first one, in order. */
+        const handle = (first: Command, rest: Chunk.Chunk<Command>) =>
+          Effect.suspend(() => {
+            const requests: Array<Request> = []
+            const refused: Array<Request> = []
+            let closing = false
+            const sort = (command: Command) => {
+              if (command === "close") closing = true
+              else if (closing) refused.push(command)
+              else requests.push(command)
+            }
+            sort(first)
+            for (const command of rest) sort(command)
+            const closed = refused.length === 0
+              ? Effect.void
+              : Effect.forEach(refused, (r) => Deferred.fail(r.done, new SessionError.SessionClosed({ id })), {
+                discard: true
+              })
+            const written = requests.length > 0 ? Effect.zipRight(closed, writeBatch(requests)) : closed
+            return Effect.as(written, closing)
+          })
 
-    const writerFiber = yield* Effect.forkDaemon(Effect.uninterruptible(loop))
+        const writerLoop = (q: Queue.Queue<Command>): Effect.Effect<void> => {
+          const loop: Effect.Effect<void> = Effect.flatMap(
+            Queue.take(q),
+            (first) =>
+              Effect.flatMap(
+                Queue.takeAll(q),
+                (rest) => Effect.flatMap(handle(first, rest), (closing) => (closing ? Effect.void : loop))
+              )
+          )
+          return loop
+        }
+
+        const q = Effect.runSync(Queue.unbounded<Command>())
+        queue = q
+        // forked from the runtime captured at construction, as a daemon fiber forked then would be
+        writerFiber = Runtime.runFork(runtime)(Effect.uninterruptible(writerLoop(q)))
+        return q
+      },
+
+      submit(
+        inputs: Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>
+      ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
+        return Effect.suspend(() => {
+          if (isClosed) return Effect.fail(new SessionError.SessionClosed({ id }))
+          return Effect.withFiberRuntime<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(
+            (fiber) => {
+              const done = Deferred.unsafeMake<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(
+                fiber.id()
+              )
+              // a session closed before its first append never starts a writer
+              const q = queue ?? (isClosed ? undefined : w.startWriter())
+              if (q === undefined || !q.unsafeOffer({ inputs, done })) return Effect.fail(new SessionError.SessionClosed({ id }))
+              return Deferred.await(done)
+            }
+          )
+        })
+      },
+
+      appendAll(
+        events: Arr.NonEmptyReadonlyArray<CustomEventInput>
+      ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
+        return Effect.suspend(() => {
+          if (!Array.isArray(events) || events.length === 0) {
+            return Effect.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
+          }
+          const inputs: Array<{ readonly type: string; readonly data: unknown }> = []
+          for (const event of events) {
+            const checked = codec.customInput(event)
+            if (Either.isLeft(checked)) return Effect.fail(checked.left)
+            inputs.push(checked.right)
+          }
+          return w.submit(inputs as unknown as Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>)
+        })
+      }
+    }
 
     const close = Effect.suspend(() => {
-      if (isClosed) return Fiber.await(writerFiber)
+      if (isClosed) return writerFiber === undefined ? Effect.void : Fiber.await(writerFiber)
       isClosed = true
+      if (queue === undefined || writerFiber === undefined) return feed.end
       return Queue.offer(queue, "close").pipe(
         Effect.zipRight(Fiber.await(writerFiber)),
         Effect.zipRight(feed.end),
@@ -181,60 +235,51 @@ export const make = (options: {
 
     yield* Effect.addFinalizer(() => close)
 
-    const submit = (inputs: Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>) =>
-      Effect.suspend(() => {
-        if (isClosed) return Effect.fail(new SessionError.SessionClosed({ id }))
-        return Effect.withFiberRuntime<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(
-          (fiber) => {
-            const done = Deferred.unsafeMake<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(
-              fiber.id()
-            )
-            if (!queue.unsafeOffer({ inputs, done })) return Effect.fail(new SessionError.SessionClosed({ id }))
-            return Deferred.await(done)
-          }
-        )
-      })
-
-    const appendAll = (events: Arr.NonEmptyReadonlyArray<CustomEventInput>) =>
-      Effect.suspend(() => {
-        if (!Array.isArray(events) || events.length === 0) {
-          return Effect.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
-        }
-        const inputs: Array<{ readonly type: string; readonly data: unknown }> = []
-        for (const event of events) {
-          const checked = codec.customInput(event)
-          if (Either.isLeft(checked)) return Effect.fail(checked.left)
-          inputs.push(checked.right)
-        }
-        return submit(inputs as unknown as Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>)
-      })
-
     const session: Session = {
       id,
       header: options.header,
       firstLiveSeq: log.length,
-      events: Effect.sync(() => (eventsSnapshot ??= Object.freeze(log.slice()))),
-      messages: Effect.sync(() => (messagesSnapshot ??= Object.freeze(messages.slice()))),
-      append: (event) => Effect.map(appendAll([event]), (events) => events[0]),
-      appendAll,
+      get events() {
+        return Effect.sync(() => (eventsSnapshot ??= Object.freeze(log.slice())))
+      },
+      get messages() {
+        return Effect.sync(() => (messagesSnapshot ??= Object.freeze(messages.slice())))
+      },
+      append(event) {
+        return Effect.map(w.appendAll([event]), (events) => events[0])
+      },
+      appendAll(events) {
+        return w.appendAll(events)
+      },
       changes: feed.stream,
       subscribe: feed.subscribe
     }
 
     cores.set(session, {
-      appendCore: (events) =>
-        Effect.suspend(() => {
+      appendCore(events) {
+        return Effect.suspend(() => {
           const inputs = events.map((event) => {
             const frozen = codec.coreEvent({ ...event, seq: 0, time: 0 } as CoreEvent)
             return { type: frozen.type, data: frozen.data }
           })
-          return submit(inputs as unknown as Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>)
-        }),
-      lastTurn: () => turns.lastTurn,
-      openTurn: () => turns.openTurn,
-      closedLength: () => turns.closedLength,
-      length: () => log.length,
-      log: () => log,
+          return w.submit(inputs as unknown as Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>)
+        })
+      },
+      lastTurn() {
+        return turns.lastTurn
+      },
+      openTurn() {
+        return turns.openTurn
+      },
+      closedLength() {
+        return turns.closedLength
+      },
+      length() {
+        return log.length
+      },
+      log() {
+        return log
+      },
       close
     })
     return session
