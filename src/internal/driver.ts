@@ -149,6 +149,16 @@ interface TurnOutcome {
   readonly continues: boolean
 }
 
+/** The `tool/result` event of a finished call. */
+const resultEvent = (
+  turn: number,
+  step: number,
+  result: NonNullable<PendingCall["result"]>
+): CoreEventInput => ({
+  type: "tool/result",
+  data: { turn, step, message: result.message, ...(result.error !== undefined ? { error: result.error } : {}) }
+})
+
 const textResult = (
   call: { readonly callId: string; readonly name: string },
   text: string,
@@ -397,15 +407,7 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
           while (logged < ctx.calls.length) {
             const call = ctx.calls[logged]!
             if (call.state !== "done" || call.result === undefined) break
-            events.push({
-              type: "tool/result",
-              data: {
-                turn: ctx.turn,
-                step,
-                message: call.result.message,
-                ...(call.result.error !== undefined ? { error: call.result.error } : {})
-              }
-            })
+            events.push(resultEvent(ctx.turn, step, call.result))
             logged++
           }
           const closing = closeStep && logged === ctx.calls.length
@@ -726,15 +728,7 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
                 }
               })
             } else {
-              events.push({
-                type: "tool/result",
-                data: {
-                  turn: ctx.turn,
-                  step,
-                  message: call.result.message,
-                  ...(call.result.error !== undefined ? { error: call.result.error } : {})
-                }
-              })
+              events.push(resultEvent(ctx.turn, step, call.result))
             }
           }
           events.push({ type: "step/end", data: { turn: ctx.turn, step } })
