@@ -2,13 +2,14 @@ import { Command, FileSystem } from "@effect/platform"
 import { SystemError } from "@effect/platform/Error"
 import { NodeContext, NodeFileSystem } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Either, Exit, Fiber, Layer, Logger, Option, Scope, Stream } from "effect"
+import { Context, Deferred, Effect, Either, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
 import * as os from "node:os"
 import { fileURLToPath } from "node:url"
 import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
 import type { SessionId } from "../src/Message.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
 import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { withLogs } from "./fixtures/logs.js"
 
 class Directory extends Context.Tag("test/Directory")<Directory, string>() {}
 
@@ -53,17 +54,6 @@ const readBytes = (file: string) => Effect.flatMap(FileSystem.FileSystem, (fs) =
 const readText = (file: string) => Effect.flatMap(FileSystem.FileSystem, (fs) => fs.readFileString(file))
 const writeText = (file: string, text: string) =>
   Effect.flatMap(FileSystem.FileSystem, (fs) => fs.writeFileString(file, text))
-
-/** Collects log lines (level and message) while `effect` runs. */
-const withLogs = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const lines: Array<string> = []
-    const logger = Logger.make(({ logLevel, message }) => {
-      lines.push(`${logLevel.label} ${Array.isArray(message) ? message.join(" ") : String(message)}`)
-    })
-    const result = yield* effect.pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger)))
-    return [result, lines] as const
-  })
 
 const storedSession = (directory: string, id: SessionId, events: number) =>
   Effect.flatMap(persistenceAt(directory, { durability: "buffered" }), (persistence) =>

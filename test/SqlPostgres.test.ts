@@ -8,10 +8,11 @@
 import { PgClient } from "@effect/sql-pg"
 import { SqlClient } from "@effect/sql/SqlClient"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Clock, Context, Effect, Exit, Layer, Logger, Redacted, Scope, Stream, TestClock } from "effect"
+import { Chunk, Clock, Context, Effect, Exit, Layer, Redacted, Scope, Stream, TestClock } from "effect"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { withLogs } from "./fixtures/logs.js"
 
 const url = process.env["EFFECT_AGENT_PG_URL"]
 const ci = process.env["CI"]
@@ -55,16 +56,6 @@ const stalled = (clock: Clock.Clock): Clock.Clock => ({
   currentTimeNanos: clock.currentTimeNanos,
   sleep: () => Effect.never
 })
-
-const withLogs = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const lines: Array<string> = []
-    const logger = Logger.make(({ logLevel, message }) => {
-      lines.push(`${logLevel.label} ${Array.isArray(message) ? message.join(" ") : String(message)}`)
-    })
-    const result = yield* effect.pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger)))
-    return [result, lines] as const
-  })
 
 if (url === undefined) {
   if (isCI) {

@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql/SqlClient"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Clock, Effect, Exit, Layer, Logger, Schema, Scope, Stream, TestClock } from "effect"
+import { Chunk, Clock, Effect, Exit, Layer, Schema, Scope, Stream, TestClock } from "effect"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
 import * as Message from "../src/Message.js"
@@ -10,6 +10,7 @@ import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import * as Tool from "../src/Tool.js"
 import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { withLogs } from "./fixtures/logs.js"
 
 /** A fresh in-memory SQLite database per build. */
 const sqliteMemory = SqliteClient.layer({ filename: ":memory:" })
@@ -27,17 +28,6 @@ const instance = (instanceId: string, options?: SqlSessionPersistence.Options) =
     SessionPersistence.SessionPersistence,
     SqlSessionPersistence.layer({ leaseTtl: TTL, instanceId, ...options })
   )
-
-/** Collects log lines (level and message) while `effect` runs. */
-const withLogs = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const lines: Array<string> = []
-    const logger = Logger.make(({ logLevel, message }) => {
-      lines.push(`${logLevel.label} ${Array.isArray(message) ? message.join(" ") : String(message)}`)
-    })
-    const result = yield* effect.pipe(Effect.provide(Logger.replace(Logger.defaultLogger, logger)))
-    return [result, lines] as const
-  })
 
 /**
  * A clock that reads the time of `clock` but whose sleeps never end: a process stalled (a long
