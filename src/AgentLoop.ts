@@ -5,7 +5,6 @@
  *
  * @since 0.1.0
  */
-import type { Fiber } from "effect"
 import {
   Cause,
   Context,
@@ -15,6 +14,8 @@ import {
   Either,
   ExecutionStrategy,
   Exit,
+  Fiber,
+  FiberId,
   FiberRef,
   Layer,
   Option,
@@ -32,6 +33,7 @@ import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
 import * as internalHooks from "./internal/hooks.js"
+import * as internalSession from "./internal/session.js"
 import * as internalTools from "./internal/tools.js"
 import * as Message from "./Message.js"
 import type { SessionId } from "./Message.js"
@@ -154,13 +156,18 @@ interface Build {
   readonly sessionScope: Scope.CloseableScope
   readonly link: Scope.CloseableScope
   readonly factoryLink: Scope.CloseableScope
-  /** The teardown's outcome; also the identity of this creation in `ownRef`. */
-  readonly done: Deferred.Deferred<Exit.Exit<void, AgentError.AgentDisposeError>>
-  /** Completed with the reason when the creation must stop before it enters (PUB-06, FAC-04). */
-  readonly abort: Deferred.Deferred<never, Abort>
-  /** Completed when the creation attempt finished (published, or failed before its rollback). */
-  readonly settled: Deferred.Deferred<void>
+  /** The identity of this creation and its teardown in `ownRef`. */
+  readonly own: object
+  /** The teardown's outcome, made when the teardown starts (LIFE-02). */
+  done: Deferred.Deferred<Exit.Exit<void, AgentError.AgentDisposeError>> | undefined
+  /** Set (first reason wins) when the creation must stop before it enters (PUB-06, FAC-04). */
+  aborted: Abort | undefined
+  /** The fiber running steps 1–3 while they run: an abort interrupts it. */
+  creating: Fiber.RuntimeFiber<unknown, unknown> | undefined
+  /** The creation attempt finished (published, or failed before its rollback). */
   isSettled: boolean
+  /** Made by a teardown that must wait for the attempt to settle; completed when it does. */
+  settled: Deferred.Deferred<void> | undefined
   /** Both entries were entered: from here the creation completes (PUB-06). */
   entered: boolean
   started: boolean
@@ -220,7 +227,11 @@ export const make: Effect.Effect<
   // teardown (LIFE-01..06)
 
   /** Stops a creation that has not entered yet; the first reason wins. */
-  const abortCreation = (build: Build, reason: Abort) => Deferred.fail(build.abort, reason)
+  const abortCreation = (build: Build, reason: Abort) =>
+    Effect.suspend(() => {
+      build.aborted ??= reason
+      return build.creating === undefined ? Effect.void : Fiber.interruptFork(build.creating)
+    })
 
   /** The error of a creation whose teardown began before it was published. */
   const inactive = (build: Build): Abort =>
@@ -229,10 +240,14 @@ export const make: Effect.Effect<
   const teardownSteps = (build: Build, publisher: AgentPublisher) =>
     Effect.gen(function*() {
       // A creation still in flight is stopped if it has not entered yet, and awaited either way:
-      // the teardown never runs beside a creation of the same agent (PUB-06, FAC-04).
-      // (once the attempt settled nothing polls `abort` any more: skip building its error, B1)
-      if (!build.isSettled) yield* abortCreation(build, inactive(build))
-      yield* Deferred.await(build.settled)
+      // the teardown never runs beside a creation of the same agent (PUB-06, FAC-04). Its setup is
+      // interrupted at once; the library's own steps before it finish and are then rolled back.
+      if (!build.isSettled) {
+        // made before anything yields, so the attempt settling meanwhile completes it
+        const settled = build.settled ??= Deferred.unsafeMake<void>(FiberId.none)
+        yield* abortCreation(build, inactive(build))
+        yield* Deferred.await(settled)
+      }
       const failures: Array<Cause.Cause<unknown>> = []
       if (build.driver !== undefined) {
         const stopped = yield* Effect.exit(build.driver.stop)
@@ -265,22 +280,24 @@ export const make: Effect.Effect<
    * teardown, which the teardown itself awaits: then it only starts it.
    */
   const teardown = (build: Build, publisher: AgentPublisher) =>
-    Effect.flatMap(FiberRef.get(ownRef), (own) => {
-      if (!build.started) {
+    Effect.withFiberRuntime<void, AgentError.AgentDisposeError>((fiber) => {
+      let done = build.done
+      if (done === undefined) {
         build.started = true
-        const fiber = Runtime.runFork(runtime)(
+        done = build.done = Deferred.unsafeMake(fiber.id())
+        const teardownFiber = Runtime.runFork(runtime)(
           teardownSteps(build, publisher).pipe(
-            Effect.flatMap((exit) => Deferred.succeed(build.done, exit)),
+            Effect.flatMap((exit) => Deferred.succeed(done!, exit)),
             Effect.zipRight(Scope.close(build.link, Exit.void)),
             Effect.zipRight(Scope.close(build.factoryLink, Exit.void)),
-            withOwn(build.done),
+            withOwn(build.own),
             Effect.uninterruptible
           )
         )
-        teardownFibers.add(fiber)
-        fiber.addObserver(() => teardownFibers.delete(fiber))
+        teardownFibers.add(teardownFiber)
+        teardownFiber.addObserver(() => teardownFibers.delete(teardownFiber))
       }
-      return own.has(build.done) ? Effect.void : Effect.flatten(Deferred.await(build.done))
+      return fiber.getFiberRef(ownRef).has(build.own) ? Effect.void : Effect.flatten(Deferred.await(done))
     })
 
   /** What owners' finalizers run: they cannot fail, so they log a failed teardown. */
@@ -469,15 +486,32 @@ export const make: Effect.Effect<
     })
 
   /** Fails when the factory closed or the creation was aborted (its teardown began). */
-  const stillWanted = (build: Build) =>
-    Effect.flatMap(Deferred.poll(build.abort), (aborted): Effect.Effect<void, Abort> => {
-      if (Option.isSome(aborted)) return aborted.value
+  const stillWanted = (build: Build): Effect.Effect<void, Abort> =>
+    Effect.suspend(() => {
+      if (build.aborted !== undefined) return Effect.fail(build.aborted)
       return active ? Effect.void : Effect.fail(new AgentError.AgentLoopInactive())
     })
 
-  /** Runs the part of a creation before its critical section so that an abort stops it at once. */
+  /** Runs `effect` in one child fiber that an abort interrupts, and fails with the abort's reason. */
   const abortable = <A, E, R>(build: Build, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | Abort, R> =>
-    Effect.zipRight(stillWanted(build), Effect.raceFirst(effect, Deferred.await(build.abort)))
+    Effect.zipRight(
+      stillWanted(build),
+      Effect.uninterruptibleMask((restore) =>
+        Effect.flatMap(Effect.fork(restore(effect)), (child) => {
+          build.creating = child
+          return restore(Fiber.await(child)).pipe(
+            Effect.onInterrupt(() => Fiber.interrupt(child)),
+            Effect.flatMap((exit): Effect.Effect<A, E | Abort> => {
+              build.creating = undefined
+              if (Exit.isSuccess(exit)) return Effect.succeed(exit.value)
+              return build.aborted !== undefined && Cause.isInterruptedOnly(exit.cause)
+                ? Effect.fail(build.aborted)
+                : Effect.failCause(exit.cause)
+            })
+          )
+        })
+      )
+    )
 
   /**
    * Step 0 of the transaction: the three Scopes forked from the owner in order (agentScope,
@@ -488,7 +522,7 @@ export const make: Effect.Effect<
     id: SessionId,
     owner: Scope.Scope,
     publisher: AgentPublisher,
-    done: Build["done"]
+    own: object
   ) =>
     Effect.gen(function*() {
       const agentScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
@@ -501,10 +535,12 @@ export const make: Effect.Effect<
         sessionScope,
         link,
         factoryLink,
-        done,
-        abort: yield* Deferred.make<never, Abort>(),
-        settled: yield* Deferred.make<void>(),
+        own,
+        done: undefined,
+        aborted: undefined,
+        creating: undefined,
         isSettled: false,
+        settled: undefined,
         entered: false,
         started: false,
         writer: undefined,
@@ -546,13 +582,22 @@ export const make: Effect.Effect<
     if (!active) return yield* new AgentError.AgentLoopInactive()
   })
 
-  const runSetup = <E, R>(setup: Setup<E, R> | undefined, view: AgentSetup, agentScope: Scope.Scope) =>
-    setup === undefined
-      ? Effect.succeed(undefined)
-      : setup(view).pipe(
-        Scope.extend(agentScope),
-        Effect.map((result) => (result === undefined ? undefined : result.commit))
+  /**
+   * Runs the user's setup so that an abort stops it at once (it may wait on anything). The steps
+   * before it are the library's own and finite: an abort during them is seen by `stillWanted` right
+   * after them (B1: no fiber is forked for a creation without setup).
+   */
+  const runSetup = <E, R>(build: Build, setup: Setup<E, R> | undefined, view: AgentSetup) =>
+    Effect.zipRight(
+      stillWanted(build),
+      setup === undefined ? Effect.succeed(undefined) : abortable(
+        build,
+        setup(view).pipe(
+          Scope.extend(build.agentScope),
+          Effect.map((result) => (result === undefined ? undefined : result.commit))
+        )
       )
+    )
 
   const handleOf = (build: Build, publisher: AgentPublisher): AgentHandle => ({
     agent: build.agent!,
@@ -585,11 +630,13 @@ export const make: Effect.Effect<
       Effect.uninterruptibleMask((restore) =>
         Effect.gen(function*() {
           if (!active) return yield* new AgentError.AgentLoopInactive()
-          const done = yield* Deferred.make<Exit.Exit<void, AgentError.AgentDisposeError>>()
-          const build = yield* makeBuild(id, owner, publisher, done).pipe(withOwn(done))
-          const exit = yield* Effect.exit(body(build, restore).pipe(withOwn(done)))
+          const own = {}
+          const [build, exit] = yield* Effect.gen(function*() {
+            const build = yield* makeBuild(id, owner, publisher, own)
+            return [build, yield* Effect.exit(body(build, restore))] as const
+          }).pipe(withOwn(own))
           build.isSettled = true
-          yield* Deferred.succeed(build.settled, undefined)
+          if (build.settled !== undefined) yield* Deferred.succeed(build.settled, undefined)
           if (Exit.isSuccess(exit)) return exit.value
           yield* teardown(build, publisher).pipe(Effect.ignore)
           return yield* Effect.failCause(exit.cause)
@@ -616,8 +663,8 @@ export const make: Effect.Effect<
       }
       return yield* transaction(id, owner, publisher, (build, restore) =>
         Effect.gen(function*() {
-          const { session, commit, parentAgent } = yield* restore(abortable(
-            build,
+          const { session, commit, parentAgent } = yield* restore(Effect.zipRight(
+            stillWanted(build),
             Effect.gen(function*() {
               const planned = yield* store.prepare({
                 sessionId: id,
@@ -640,12 +687,15 @@ export const make: Effect.Effect<
                 build.writer = writer
                 build.createMode = true
               }
-              const session = yield* Session.fromPlan(planned, writer).pipe(Scope.extend(build.sessionScope))
+              // the session's writer fiber forks from the factory's runtime, not this caller's (B2)
+              const session = yield* internalSession.fromPlan(planned, writer, runtime).pipe(
+                Scope.extend(build.sessionScope)
+              )
               // a new session has no inbox events after its seed, so its replay cannot fail
               const built = yield* buildAgent(build, session, agentOptions, options.parentAgent, {}, publisher).pipe(
                 Effect.catchTag("InvalidInboxLog", Effect.die)
               )
-              const commit = yield* runSetup(options.setup, built.setupView, build.agentScope)
+              const commit = yield* runSetup(build, options.setup, built.setupView)
               return { session, commit, parentAgent: built.parentAgent }
             })
           ))
@@ -675,8 +725,8 @@ export const make: Effect.Effect<
       }
       return yield* transaction(id, owner, publisher, (build, restore) =>
         Effect.gen(function*() {
-          const { session, commit } = yield* restore(abortable(
-            build,
+          const { session, commit } = yield* restore(Effect.zipRight(
+            stillWanted(build),
             Effect.gen(function*() {
               // RES-02: the exclusive writer first, reading the log once
               const opened = yield* persistence.value.openWrite(id).pipe(Scope.extend(build.sessionScope))
@@ -689,7 +739,12 @@ export const make: Effect.Effect<
               if (closers.length > 0) {
                 yield* opened.writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
               }
-              const session = yield* Session.fromStored({ header: stored.header, events }, opened.writer).pipe(
+              const session = yield* internalSession.make({
+                header: stored.header,
+                events,
+                writer: opened.writer,
+                runtime
+              }).pipe(
                 Scope.extend(build.sessionScope)
               )
               const built = yield* buildAgent(
@@ -700,7 +755,7 @@ export const make: Effect.Effect<
                 storedRoute(events),
                 publisher
               )
-              const commit = yield* runSetup(options.setup, built.setupView, build.agentScope)
+              const commit = yield* runSetup(build, options.setup, built.setupView)
               return { session, commit }
             })
           ))

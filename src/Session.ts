@@ -122,12 +122,7 @@ export const fromPlan = (
   sessionPlan: SessionPlan,
   writer?: SessionWriter | undefined
 ): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError, Scope.Scope> =>
-  Effect.gen(function*() {
-    if (writer !== undefined && sessionPlan.seed.length > 0) {
-      yield* writer.append(sessionPlan.seed as Arr.NonEmptyReadonlyArray<SessionEvent>)
-    }
-    return yield* internal.make({ header: sessionPlan.header, events: sessionPlan.seed, writer })
-  })
+  internal.fromPlan(sessionPlan, writer)
 
 /**
  * Builds a live session over a stored log and its exclusive writer (for resume).

@@ -6,6 +6,7 @@
  */
 import type { Array as Arr, Scope, Stream } from "effect"
 import { Context, Effect, Layer, Stream as S } from "effect"
+import * as finalizer from "./internal/finalizer.js"
 import type { SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
@@ -176,7 +177,7 @@ export const layerMemory = (
     const sessions = storage.sessions
 
     const acquire = (id: SessionId, entry: MemoryEntry, createMode: boolean) =>
-      Effect.acquireRelease(
+      finalizer.acquireRelease(
         Effect.suspend(() => {
           if (entry.lock !== undefined) return Effect.fail(lockedError(id, entry.lock))
           const lock = { instanceId, token: ++nextToken }

@@ -162,7 +162,8 @@ export const make: Effect.Effect<SessionStore["Type"]> = Effect.gen(function*() 
     entry
   })
 
-  const prepare = Effect.fn("SessionStore.prepare")(function*(options: PrepareOptions) {
+  // untraced: it runs inside the span of the factory's create (B1), or inside `create` below
+  const prepare = Effect.fnUntraced(function*(options: PrepareOptions) {
     const createdAt = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
     if (options.seed !== undefined && options.fork !== undefined) {
       return yield* new SessionError.InvalidEventData({

@@ -8,12 +8,13 @@
 import { Cause, Clock, Deferred, Effect, Either, Fiber, Option, Queue, Runtime } from "effect"
 import type { Array as Arr, Chunk, Scope } from "effect"
 import type { Message, SessionId } from "../Message.js"
-import type { Session } from "../Session.js"
+import type { Session, SessionPlan } from "../Session.js"
 import * as SessionError from "../SessionError.js"
 import type { CoreEvent, CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import type { SessionWriter } from "../SessionPersistence.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "./feed.js"
+import * as finalizer from "./finalizer.js"
 import * as history from "./history.js"
 
 /**
@@ -83,6 +84,11 @@ export const make = (options: {
   /** Events already stored (or validated seed events when there is no writer). */
   readonly events: ReadonlyArray<SessionEvent>
   readonly writer: SessionWriter | undefined
+  /**
+   * Where the writer fiber is forked from; default the constructing fiber's runtime. A factory
+   * passes the runtime it captured once, so no session keeps its creator's FiberRefs and span (B2).
+   */
+  readonly runtime?: Runtime.Runtime<never> | undefined
 }): Effect.Effect<Session, never, Scope.Scope> =>
   Effect.gen(function*() {
     const id: SessionId = options.header.id
@@ -99,7 +105,7 @@ export const make = (options: {
     let isClosed = false
 
     const feed = yield* Feed.make<SessionEvent>()
-    const runtime = yield* Effect.runtime<never>()
+    const runtime = options.runtime ?? (yield* Effect.runtime<never>())
     // the writer fiber and its queue are started by the first append (SES-02: still one per session)
     let queue: Queue.Queue<Command> | undefined
     let writerFiber: Fiber.RuntimeFiber<void> | undefined
@@ -233,7 +239,7 @@ export const make = (options: {
       )
     }).pipe(Effect.asVoid, Effect.uninterruptible)
 
-    yield* Effect.addFinalizer(() => close)
+    yield* finalizer.addFinalizer(close)
 
     const session: Session = {
       id,
@@ -283,6 +289,23 @@ export const make = (options: {
       close
     })
     return session
+  })
+
+/**
+ * A live session from a plan; with a writer the seed is written through it first.
+ *
+ * @internal
+ */
+export const fromPlan = (
+  sessionPlan: SessionPlan,
+  writer: SessionWriter | undefined,
+  runtime?: Runtime.Runtime<never>
+): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError, Scope.Scope> =>
+  Effect.gen(function*() {
+    if (writer !== undefined && sessionPlan.seed.length > 0) {
+      yield* writer.append(sessionPlan.seed as Arr.NonEmptyReadonlyArray<SessionEvent>)
+    }
+    return yield* make({ header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
   })
 
 /** @internal */
