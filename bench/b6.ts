@@ -2,7 +2,8 @@
  * B6: durable appends per second with `fsync` durability (file persistence, temp directory): one
  * session appending sequentially, 64 sessions appending concurrently, and one session with 64
  * concurrent appenders (group commit: one write and one sync per batch). The raw reference is
- * `fs.write` + `fs.fdatasync` of the same line, one file sequentially and 64 files concurrently.
+ * `fs.write` + `fs.fdatasync` of the same line, one file sequentially and 64 files concurrently;
+ * raw 64 files / raw 1 file is what the disk at hand gives a design with one file per session.
  */
 import { Effect, Either } from "effect"
 import * as fs from "node:fs"
@@ -106,8 +107,10 @@ export const scenario: Scenario = {
           unit: "events/s",
           raw: { label: "write+fdatasync, 64 files", value: stat(rawMany) },
           costRatio: ratios(cost(many), cost(rawMany)),
+          // With one file per session, 64 sessions scale about as far as 64 raw files do over one
+          // raw file: when that is far below 20×, the target is a property of the disk.
           notes: `64 sessions / 1 session: ${fmt(speedup.median)}× ` +
-            `(raw 64 files / 1 file: ${fmt(rawSpeedup.median)}×)`,
+            `(what the disk gives one file per session — raw 64 files / raw 1 file: ${fmt(rawSpeedup.median)}×)`,
           peer: "target: 64 sessions ≥20× one session",
           extra: { speedup: speedup.median, rawSpeedup: rawSpeedup.median }
         },

@@ -7,10 +7,12 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
-import type { Array as Arr, Chunk } from "effect"
-import { Deferred, Effect, Either, Layer, Option, Queue, Stream } from "effect"
+import type { PlatformError } from "@effect/platform/Error"
+import type { Array as Arr } from "effect"
+import { Deferred, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
 import * as fileLock from "./internal/fileLock.js"
+import * as finalizer from "./internal/finalizer.js"
 import { encode, eventLines, headerLine, parseLog } from "./internal/jsonl.js"
 import { storedHeader } from "./internal/eventCodec.js"
 import type { SessionId } from "./Message.js"
@@ -66,7 +68,8 @@ export const isProcessAlive = (pid: number): boolean => {
 
 type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
 
-interface AppendRequest {
+/** An append made while a write was in flight: it goes out with the next write. */
+interface PendingAppend {
   readonly events: Arr.NonEmptyReadonlyArray<SessionEvent>
   readonly done: Deferred.Deferred<void, WriteError>
 }
@@ -79,6 +82,8 @@ interface WriterState {
   failed: SessionError.PersistenceError | undefined
   /** Released or discarded: appends are refused. */
   isClosed: boolean
+  /** A caller holds the permit and writes: appends made meanwhile join the next write. */
+  isWriting: boolean
 }
 
 const conflict = (id: SessionId, expectedSeq: number, actualSeq: number) =>
@@ -147,8 +152,11 @@ const make = (options: Options) =>
       })
 
     /**
-     * The writer of one session: one fiber, fed by a queue, writes everything queued while the
-     * previous write was in flight as one batch with one sync (SES-02, PERS-04).
+     * The writer of one session. An append that finds no write in flight writes and syncs in the
+     * calling fiber, holding `permit`; appends made while it does join `pending` and go out
+     * together as its next write, with one sync (SES-02 group commit, PERS-04). The Session's
+     * writer fiber already batches everything queued behind its write into one `append`, so on
+     * that path `pending` stays empty and an append costs no hand-off between fibers.
      */
     const makeWriter = Effect.fnUntraced(function*(
       id: SessionId,
@@ -157,31 +165,65 @@ const make = (options: Options) =>
       start: { readonly offset: number; readonly nextSeq: number },
       isCreateMode: boolean
     ) {
-      const state: WriterState = { offset: start.offset, nextSeq: start.nextSeq, failed: undefined, isClosed: false }
-      const queue = yield* Queue.unbounded<AppendRequest>()
-      // Held by each batch and by discard, so discard never races a write.
-      const batchPermit = yield* Effect.makeSemaphore(1)
+      const state: WriterState = {
+        offset: start.offset,
+        nextSeq: start.nextSeq,
+        failed: undefined,
+        isClosed: false,
+        isWriting: false
+      }
+      let pending: Array<PendingAppend> = []
+      // Held by each write (and the batches it drains), by discard and by the finalizer, so
+      // neither races a write.
+      const permit = yield* Effect.makeSemaphore(1)
       const pathOfData = dataPath(id)
+      // `writeAll` writes at the handle's position. Only this writer moves it, and every write
+      // either advances it together with `state.offset` or is truncated back to it, so one seek
+      // here keeps the two equal and no write needs its own.
+      yield* file.seek(start.offset, "start")
 
-      const rejectAll = (requests: Iterable<AppendRequest>, error: WriteError) =>
-        Effect.forEach(requests, (request) => Deferred.fail(request.done, error), { discard: true })
+      /** Why `events` cannot be written at `nextSeq`, if they cannot. */
+      const refusal = (events: Arr.NonEmptyReadonlyArray<SessionEvent>, nextSeq: number): WriteError | undefined =>
+        state.failed ?? (state.isClosed ? conflict(id, events[0].seq, state.nextSeq) : fence(id, events, nextSeq))
 
-      const writeBatch = (batch: Chunk.Chunk<AppendRequest>) =>
-        Effect.gen(function*() {
-          if (state.isClosed || state.failed !== undefined) {
-            for (const request of batch) {
-              yield* Deferred.fail(
-                request.done,
-                state.failed ?? conflict(id, request.events[0].seq, state.nextSeq)
-              )
-            }
-            return
+      /** SES-02b: undo the partial write so the file ends at the last acknowledged record. */
+      const undo = (cause: PlatformError): Effect.Effect<never, SessionError.PersistenceError> =>
+        file.truncate(state.offset).pipe(
+          Effect.zipRight(file.seek(state.offset, "start")),
+          Effect.catchAll((undone) => {
+            state.failed = new SessionError.PersistenceError({
+              reason: `the writer of session ${JSON.stringify(id)} failed: a write failed (${cause.message}) ` +
+                `and ${pathOfData} could not be truncated back to its last acknowledged record ` +
+                `(${undone.message}); reopen the session to append again`,
+              cause: undone
+            })
+            return Effect.logError(state.failed.reason)
+          }),
+          Effect.zipRight(Effect.fail(fileLock.persistenceError(`appending to ${pathOfData}`)(cause)))
+        )
+
+      /** Appends `text` after the acknowledged records; acknowledged up to `nextSeq` once stored. */
+      const commit = (text: string, nextSeq: number): Effect.Effect<void, SessionError.PersistenceError> => {
+        const bytes = encode(text)
+        const written = durability === "fsync" ? Effect.zipRight(file.writeAll(bytes), file.sync) : file.writeAll(bytes)
+        return Effect.matchEffect(written, {
+          onFailure: undo,
+          onSuccess: () => {
+            state.offset += bytes.length
+            state.nextSeq = nextSeq
+            return Effect.void
           }
+        })
+      }
+
+      /** The appends that joined while the previous write was in flight, as one write. */
+      const commitPending = (batch: ReadonlyArray<PendingAppend>) =>
+        Effect.gen(function*() {
           let nextSeq = state.nextSeq
           let text = ""
-          const accepted: Array<AppendRequest> = []
+          const accepted: Array<PendingAppend> = []
           for (const request of batch) {
-            const refused = fence(id, request.events, nextSeq)
+            const refused = refusal(request.events, nextSeq)
             if (refused !== undefined) {
               yield* Deferred.fail(request.done, refused)
               continue
@@ -191,34 +233,8 @@ const make = (options: Options) =>
             nextSeq += request.events.length
           }
           if (accepted.length === 0) return
-          const bytes = encode(text)
-          const written = yield* file.seek(state.offset, "start").pipe(
-            Effect.zipRight(file.writeAll(bytes)),
-            Effect.zipRight(durability === "fsync" ? file.sync : Effect.void),
-            Effect.either
-          )
-          if (Either.isRight(written)) {
-            state.offset += bytes.length
-            state.nextSeq = nextSeq
-            for (const request of accepted) yield* Deferred.succeed(request.done, undefined)
-            return
-          }
-          const error = fileLock.persistenceError(`appending to ${pathOfData}`)(written.left)
-          // SES-02b: undo the partial write so the file ends at the last acknowledged record.
-          const undone = yield* file.truncate(state.offset).pipe(
-            Effect.zipRight(file.seek(state.offset, "start")),
-            Effect.either
-          )
-          if (Either.isLeft(undone)) {
-            state.failed = new SessionError.PersistenceError({
-              reason: `the writer of session ${JSON.stringify(id)} failed: a write failed (${written.left.message}) ` +
-                `and ${pathOfData} could not be truncated back to its last acknowledged record ` +
-                `(${undone.left.message}); reopen the session to append again`,
-              cause: undone.left
-            })
-            yield* Effect.logError(state.failed.reason)
-          }
-          yield* rejectAll(accepted, error)
+          const written = yield* Effect.exit(commit(text, nextSeq))
+          for (const request of accepted) yield* Deferred.done(request.done, written)
         }).pipe(
           // A defect here is a bug; its callers see it rather than wait forever.
           Effect.catchAllCause((cause) =>
@@ -226,33 +242,53 @@ const make = (options: Options) =>
           )
         )
 
-      // Finalizers run in reverse: refuse new appends, let the batch in flight finish, fail what is
-      // still queued, then (registered by the caller earlier) close the file and release the lock.
-      yield* Effect.addFinalizer(() =>
-        Queue.takeAll(queue).pipe(
-          Effect.flatMap((rest) => rejectAll(rest, conflict(id, state.nextSeq, state.nextSeq))),
-          Effect.zipRight(Queue.shutdown(queue))
-        )
+      /** Writes what joined meanwhile until nothing has; then the next append writes itself. */
+      const drain: Effect.Effect<void> = Effect.suspend(() => {
+        if (pending.length === 0) {
+          state.isWriting = false
+          return Effect.void
+        }
+        const batch = pending
+        pending = []
+        return Effect.zipRight(commitPending(batch), drain)
+      })
+
+      /** Runs holding the permit, uninterruptibly: a write is either acknowledged or undone. */
+      const write = (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
+        Effect.suspend((): Effect.Effect<void, WriteError> => {
+          state.isWriting = true
+          const refused = refusal(events, state.nextSeq)
+          const written = refused === undefined
+            ? commit(eventLines(events), state.nextSeq + events.length)
+            : Effect.fail(refused)
+          return Effect.ensuring(written, drain)
+        })
+
+      // Finalizers run in reverse: refuse new appends, let the write in flight finish (what joined
+      // it is refused), then (registered by the caller earlier) close the file and release the lock.
+      yield* finalizer.addFinalizer(
+        Effect.suspend(() => {
+          state.isClosed = true
+          return permit.withPermits(1)(Effect.void)
+        })
       )
-      yield* Effect.uninterruptibleMask((restore) =>
-        restore(Queue.takeBetween(queue, 1, Number.POSITIVE_INFINITY)).pipe(
-          Effect.flatMap((batch) => batchPermit.withPermits(1)(writeBatch(batch)))
-        )
-      ).pipe(Effect.forever, Effect.forkScoped)
-      yield* Effect.addFinalizer(() => Effect.sync(() => (state.isClosed = true)))
 
       const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
         Effect.withFiberRuntime((fiber) => {
           if (state.failed !== undefined) return Effect.fail(state.failed)
           if (state.isClosed) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
-          // Checked and queued in one synchronous step, so a closing writer never strands a request.
-          const done = Deferred.unsafeMake<void, WriteError>(fiber.id())
-          queue.unsafeOffer({ events, done })
-          return Deferred.await(done)
+          if (state.isWriting) {
+            // Checked and joined in one synchronous step: the write in flight drains it.
+            const done = Deferred.unsafeMake<void, WriteError>(fiber.id())
+            pending.push({ events, done })
+            return Deferred.await(done)
+          }
+          // Waiting for the permit stays interruptible; the write itself is not.
+          return permit.withPermits(1)(Effect.uninterruptible(write(events)))
         })
 
       const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
-        ? batchPermit.withPermits(1)(Effect.suspend(() => {
+        ? permit.withPermits(1)(Effect.suspend(() => {
           if (state.isClosed) return Effect.void
           state.isClosed = true
           return fs.remove(pathOfData).pipe(
