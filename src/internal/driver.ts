@@ -1006,11 +1006,18 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
       },
 
       get stop(): Effect.Effect<void> {
-        return Effect.gen(function*() {
+        return Effect.suspend(() => {
           disposing = true
-          yield* h.openGate(false)
-          yield* driver.cancel({ kind: "disposed" }, { keepInbox: true }).pipe(Effect.ignore)
-          yield* driver.whenIdle
+          if (stateRef === undefined) {
+            // never active: Idle, nothing to cancel or await; only a latched wake to reset (B1)
+            latchedWake = false
+            return h.openGate(false)
+          }
+          return Effect.gen(function*() {
+            yield* h.openGate(false)
+            yield* driver.cancel({ kind: "disposed" }, { keepInbox: true }).pipe(Effect.ignore)
+            yield* driver.whenIdle
+          })
         })
       },
       isActive() {
