@@ -95,17 +95,15 @@ export const make = <A, P>(events: {
       return Option.some(live)
     }
 
-    const announce = (entry: Entry<A, P>) =>
+    /** The end of an announcement: announced, or removed when a detach was requested meanwhile. */
+    const settleAnnounced = (entry: Entry<A, P>) =>
+      Effect.suspend(() => {
+        const after = setPhase(entry, "announcing", "announced")
+        return Option.isSome(after) && after.value.detachRequested ? removeAndEmit(entry) : Effect.void
+      })
+
+    const runHooks = (entry: Entry<A, P>, running: ReadonlyArray<Hook<A>>) =>
       Effect.gen(function*() {
-        const before = setPhase(entry, "entered", "announcing")
-        if (Option.isNone(before) || before.value.entry !== entry) {
-          return yield* Effect.dieMessage(`bug: announce of ${entry.key}, which is not live in this registry`)
-        }
-        if (before.value.phase !== "entered") {
-          return yield* Effect.dieMessage(`bug: ${entry.key} was already announced`)
-        }
-        yield* events.announced(entry)
-        const running = yield* Ref.get(hooks)
         let veto: Cause.Cause<unknown> | undefined
         for (const hook of running) {
           const exit = yield* Effect.exit(hook.run(entry.value))
@@ -114,13 +112,28 @@ export const make = <A, P>(events: {
             break
           }
         }
-        const after = setPhase(entry, "announcing", "announced")
-        if (veto !== undefined) {
-          yield* removeAndEmit(entry)
-          return yield* Effect.fail(veto)
+        if (veto === undefined) return yield* settleAnnounced(entry)
+        setPhase(entry, "announcing", "announced")
+        yield* removeAndEmit(entry)
+        return yield* Effect.fail(veto)
+      })
+
+    const announce = (entry: Entry<A, P>): Effect.Effect<void, Cause.Cause<unknown>> =>
+      Effect.uninterruptible(Effect.suspend(() => {
+        const before = setPhase(entry, "entered", "announcing")
+        if (Option.isNone(before) || before.value.entry !== entry) {
+          return Effect.dieMessage(`bug: announce of ${entry.key}, which is not live in this registry`)
         }
-        if (Option.isSome(after) && after.value.detachRequested) yield* removeAndEmit(entry)
-      }).pipe(Effect.uninterruptible)
+        if (before.value.phase !== "entered") {
+          return Effect.dieMessage(`bug: ${entry.key} was already announced`)
+        }
+        // without hooks (the usual case) no generator runs (B1)
+        return Effect.zipRight(
+          events.announced(entry),
+          Effect.flatMap(Ref.get(hooks), (running) =>
+            running.length === 0 ? settleAnnounced(entry) : runHooks(entry, running))
+        )
+      }))
 
     const detach = (entry: Entry<A, P>): Effect.Effect<void> =>
       Effect.suspend(() => {
