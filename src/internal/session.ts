@@ -5,8 +5,8 @@
  *
  * @internal
  */
-import { Cause, Clock, Deferred, Effect, Either, Fiber, Option, Queue, Runtime } from "effect"
-import type { Array as Arr, Chunk, Scope } from "effect"
+import { Effect, Either, Exit, Fiber, Option, Queue, Runtime } from "effect"
+import type { Array as Arr, Clock, Scope } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as SessionError from "../SessionError.js"
@@ -50,12 +50,36 @@ export const core = (session: Session): SessionCore => {
   return found
 }
 
-interface Request {
-  readonly inputs: Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>
-  readonly done: Deferred.Deferred<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>
+/** An event as the writer receives it: validated, not yet stamped. */
+interface Input {
+  readonly type: string
+  readonly data: unknown
 }
 
-type Command = Request | "close"
+type AppendExit<A> = Exit.Exit<A, SessionError.SessionAppendError>
+
+/**
+ * One caller waiting in a batch: `append` (one event, resolves with it) or `appendAll`/`appendCore`
+ * (resolves with the array); `resume` completes the caller.
+ */
+type Request =
+  | { readonly one: Input; readonly resume: (exit: AppendExit<SessionEvent>) => void }
+  | {
+    readonly one: undefined
+    readonly many: Arr.NonEmptyReadonlyArray<Input>
+    readonly resume: (exit: AppendExit<Arr.NonEmptyReadonlyArray<SessionEvent>>) => void
+  }
+
+/**
+ * What the writer's queue carries: a batch of requests, or the order to stop. A batch stays open
+ * (later requests join it) from when it is offered until the writer takes it, so everything queued
+ * meanwhile — in particular while a write is in flight — goes out together, in call order (SES-02).
+ */
+type Command = Array<Request> | "close"
+
+/** The committed form of an input: its seq and time assigned, frozen. */
+const stamp = (input: Input, seq: number, time: number): SessionEvent =>
+  Object.freeze({ seq, time, type: input.type, data: input.data }) as SessionEvent
 
 /**
  * Turn bookkeeping folded one event at a time.
@@ -109,121 +133,142 @@ export const make = (options: {
     // the writer fiber and its queue are started by the first append (SES-02: still one per session)
     let queue: Queue.Queue<Command> | undefined
     let writerFiber: Fiber.RuntimeFiber<void> | undefined
+    /** The batch offered to the writer and not taken yet: a new request joins it. */
+    let open: Array<Request> | undefined
 
     /** Per-session helpers as methods (no per-session named closures to build). */
     const w = {
       /** The queue of the writer fiber, starting both on first use. */
       startWriter(): Queue.Queue<Command> {
         if (queue !== undefined) return queue
-        const failAll = (requests: ReadonlyArray<Request>, cause: Cause.Cause<SessionError.SessionAppendError>) =>
-          Effect.forEach(requests, (r) => Deferred.failCause(r.done, cause), { discard: true })
+        // The hot path is plain code between few Effect ops: one `take` per batch, the write, the
+        // publication, and the callers resumed in a loop. The clock is the writer fiber's, read once.
+        let clock: Clock.Clock
+        const q = Effect.runSync(Queue.unbounded<Command>())
 
-        const writeBatch = (requests: ReadonlyArray<Request>) =>
-          Effect.gen(function*() {
-            const time = yield* Clock.currentTimeMillis
-            const stamped: Array<SessionEvent> = []
-            const perRequest: Array<Arr.NonEmptyReadonlyArray<SessionEvent>> = []
-            let seq = log.length
-            for (const request of requests) {
-              const out: Array<SessionEvent> = []
-              for (const input of request.inputs) {
-                const event = Object.freeze({ seq: seq++, time, type: input.type, data: input.data }) as SessionEvent
-                out.push(event)
-                stamped.push(event)
-              }
-              perRequest.push(out as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
-            }
-            if (options.writer !== undefined) {
-              // a defect of the writer reaches the callers as a defect; the writer fiber lives on
-              const written = yield* Effect.exit(
-                options.writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)
-              )
-              if (written._tag === "Failure") return yield* failAll(requests, written.cause)
-            }
-            for (const event of stamped) {
-              log.push(event)
-              if (history.fold(messages, event)) messagesSnapshot = undefined
-              turns.fold(event, log.length)
-            }
-            eventsSnapshot = undefined
-            yield* feed.publishAll(stamped)
-            for (let i = 0; i < requests.length; i++) yield* Deferred.succeed(requests[i]!.done, perRequest[i]!)
-          })
+        const next: Effect.Effect<void> = Effect.flatMap(
+          Queue.take(q),
+          (command) => (command === "close" ? refuseRest : writeBatch(command))
+        )
 
-        /** Handles one batch of commands: whatever was queued behind the first one, in order. */
-        const handle = (first: Command, rest: Chunk.Chunk<Command>) =>
-          Effect.suspend(() => {
-            const requests: Array<Request> = []
-            const refused: Array<Request> = []
-            let closing = false
-            const sort = (command: Command) => {
-              if (command === "close") closing = true
-              else if (closing) refused.push(command)
-              else requests.push(command)
+        const writeBatch = (batch: Array<Request>): Effect.Effect<void> => {
+          // from here on the batch is the writer's: a later request opens the next one
+          if (open === batch) open = undefined
+          const time = clock.unsafeCurrentTimeMillis()
+          const stamped: Array<SessionEvent> = []
+          let seq = log.length
+          for (let i = 0; i < batch.length; i++) {
+            const request = batch[i]!
+            if (request.one !== undefined) stamped.push(stamp(request.one, seq++, time))
+            else for (const input of request.many) stamped.push(stamp(input, seq++, time))
+          }
+          if (options.writer === undefined) return commit(batch, stamped)
+          // a defect of the writer reaches the callers as a defect; the writer fiber lives on
+          return Effect.matchCauseEffect(
+            options.writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>),
+            {
+              onFailure: (cause) => {
+                const failed = Exit.failCause(cause)
+                for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
+                return next
+              },
+              onSuccess: () => commit(batch, stamped)
             }
-            sort(first)
-            for (const command of rest) sort(command)
-            const closed = refused.length === 0
-              ? Effect.void
-              : Effect.forEach(refused, (r) => Deferred.fail(r.done, new SessionError.SessionClosed({ id })), {
-                discard: true
-              })
-            const written = requests.length > 0 ? Effect.zipRight(closed, writeBatch(requests)) : closed
-            return Effect.as(written, closing)
-          })
-
-        const writerLoop = (q: Queue.Queue<Command>): Effect.Effect<void> => {
-          const loop: Effect.Effect<void> = Effect.flatMap(
-            Queue.take(q),
-            (first) =>
-              Effect.flatMap(
-                Queue.takeAll(q),
-                (rest) => Effect.flatMap(handle(first, rest), (closing) => (closing ? Effect.void : loop))
-              )
           )
-          return loop
         }
 
-        const q = Effect.runSync(Queue.unbounded<Command>())
+        const commit = (batch: ReadonlyArray<Request>, stamped: ReadonlyArray<SessionEvent>): Effect.Effect<void> => {
+          for (let i = 0; i < stamped.length; i++) {
+            const event = stamped[i]!
+            log.push(event)
+            if (history.fold(messages, event)) messagesSnapshot = undefined
+            turns.fold(event, log.length)
+          }
+          eventsSnapshot = undefined
+          return Effect.flatMap(feed.publishAll(stamped), () => {
+            let k = 0
+            for (let i = 0; i < batch.length; i++) {
+              const request = batch[i]!
+              if (request.one !== undefined) {
+                request.resume(Exit.succeed(stamped[k++]!))
+              } else {
+                const n = request.many.length
+                request.resume(Exit.succeed(stamped.slice(k, k + n) as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>))
+                k += n
+              }
+            }
+            return next
+          })
+        }
+
+        // nothing is offered after "close" (submit checks `isClosed` first); refuse it if it were
+        const refuseRest = Effect.map(Queue.takeAll(q), (rest) => {
+          open = undefined
+          for (const command of rest) {
+            if (command === "close") continue
+            for (const request of command) request.resume(Exit.fail(new SessionError.SessionClosed({ id })))
+          }
+        })
+
         queue = q
         // forked from the runtime captured at construction, as a daemon fiber forked then would be
-        writerFiber = Runtime.runFork(runtime)(Effect.uninterruptible(writerLoop(q)))
+        writerFiber = Runtime.runFork(runtime)(Effect.uninterruptible(Effect.clockWith((writerClock) => {
+          clock = writerClock
+          return next
+        })))
         return q
       },
 
-      submit(
-        inputs: Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>
-      ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return Effect.suspend(() => {
-          if (isClosed) return Effect.fail(new SessionError.SessionClosed({ id }))
-          return Effect.withFiberRuntime<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(
-            (fiber) => {
-              const done = Deferred.unsafeMake<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>(
-                fiber.id()
-              )
-              // a session closed before its first append never starts a writer
-              const q = queue ?? (isClosed ? undefined : w.startWriter())
-              if (q === undefined || !q.unsafeOffer({ inputs, done })) return Effect.fail(new SessionError.SessionClosed({ id }))
-              return Deferred.await(done)
-            }
-          )
+      /** Queues a validated request: it joins the open batch, or opens one. */
+      submit(request: Request): void {
+        if (isClosed) return request.resume(Exit.fail(new SessionError.SessionClosed({ id })))
+        if (open !== undefined) {
+          open.push(request)
+          return
+        }
+        const batch = [request]
+        // a session closed before its first append never starts a writer (isClosed above)
+        if (!(queue ?? w.startWriter()).unsafeOffer(batch)) {
+          return request.resume(Exit.fail(new SessionError.SessionClosed({ id })))
+        }
+        open = batch
+      },
+
+      append(event: CustomEventInput): Effect.Effect<SessionEvent, SessionError.SessionAppendError> {
+        // validation and submission in the one op that suspends the caller until the writer resumes it
+        return Effect.async<SessionEvent, SessionError.SessionAppendError>((resume) => {
+          const checked = codec.customInput(event)
+          if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+          w.submit({ one: checked.right, resume })
         })
       },
 
       appendAll(
         events: Arr.NonEmptyReadonlyArray<CustomEventInput>
       ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return Effect.suspend(() => {
+        return Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>((resume) => {
           if (!Array.isArray(events) || events.length === 0) {
-            return Effect.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
+            return resume(
+              Exit.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
+            )
           }
-          const inputs: Array<{ readonly type: string; readonly data: unknown }> = []
+          const inputs: Array<Input> = []
           for (const event of events) {
             const checked = codec.customInput(event)
-            if (Either.isLeft(checked)) return Effect.fail(checked.left)
+            if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
             inputs.push(checked.right)
           }
-          return w.submit(inputs as unknown as Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>)
+          w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
+        })
+      },
+
+      appendCore(
+        events: Arr.NonEmptyReadonlyArray<CoreEventInput>
+      ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
+        return Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>((resume) => {
+          // a frozen JSON copy of each event (a bug, non-JSON data, dies here); only type and data are read
+          const inputs = events.map((event): Input => codec.coreEvent(event as CoreEvent))
+          w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
         })
       }
     }
@@ -252,7 +297,7 @@ export const make = (options: {
         return Effect.sync(() => (messagesSnapshot ??= Object.freeze(messages.slice())))
       },
       append(event) {
-        return Effect.map(w.appendAll([event]), (events) => events[0])
+        return w.append(event)
       },
       appendAll(events) {
         return w.appendAll(events)
@@ -263,13 +308,7 @@ export const make = (options: {
 
     cores.set(session, {
       appendCore(events) {
-        return Effect.suspend(() => {
-          const inputs = events.map((event) => {
-            const frozen = codec.coreEvent({ ...event, seq: 0, time: 0 } as CoreEvent)
-            return { type: frozen.type, data: frozen.data }
-          })
-          return w.submit(inputs as unknown as Arr.NonEmptyReadonlyArray<{ readonly type: string; readonly data: unknown }>)
-        })
+        return w.appendCore(events)
       },
       lastTurn() {
         return turns.lastTurn

@@ -1,0 +1,82 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Cause, Effect, Either, Exit, Fiber, Scope, TestClock } from "effect"
+import { core } from "../src/internal/session.js"
+import * as Session from "../src/Session.js"
+import { recordingWriter } from "./fixtures/writers.js"
+
+const planFor = (id: string) => {
+  const planned = Session.plan({ id, createdAt: 0 })
+  if (Either.isLeft(planned)) throw new Error("bad plan")
+  return planned.right
+}
+
+describe("Session writer", () => {
+  it.scoped("SES-02 appends and appendAlls submitted before the writer runs share one write; each caller gets its own events", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(77)
+      const { writer, batches } = yield* recordingWriter
+      const session = yield* Session.fromPlan(planFor("w1"), writer)
+      const a = yield* Effect.fork(session.append({ type: "test/n", data: 0 }))
+      const b = yield* Effect.fork(session.appendAll([{ type: "test/n", data: 1 }, { type: "test/n", data: 2 }]))
+      const c = yield* Effect.fork(session.append({ type: "test/n", data: 3 }))
+      const d = yield* Effect.fork(core(session).appendCore([{ type: "turn/start", data: { turn: 1 } }]))
+      const first = yield* Fiber.join(a)
+      const pair = yield* Fiber.join(b)
+      const third = yield* Fiber.join(c)
+      const opened = yield* Fiber.join(d)
+      assert.deepStrictEqual([first.seq, first.data, first.time], [0, 0, 77])
+      assert.deepStrictEqual(pair.map((e) => [e.seq, e.data]), [[1, 1], [2, 2]])
+      assert.deepStrictEqual([third.seq, third.data], [3, 3])
+      assert.deepStrictEqual(opened.map((e) => [e.seq, e.type]), [[4, "turn/start"]])
+      assert.deepStrictEqual((yield* batches).map((batch) => batch.map((e) => e.seq)), [[0, 1, 2, 3, 4]])
+      assert.strictEqual(core(session).openTurn(), 1)
+      assert.deepStrictEqual(yield* session.events, [first, ...pair, third, ...opened])
+    }))
+
+  it.scoped("SES-02b a failed write fails every caller of its batch and commits nothing; the next batch reuses the seqs", () =>
+    Effect.gen(function*() {
+      const { writer, stored, failNext } = yield* recordingWriter
+      const session = yield* Session.fromPlan(planFor("w2"), writer)
+      yield* failNext
+      const a = yield* Effect.fork(session.append({ type: "test/a", data: 1 }))
+      const b = yield* Effect.fork(session.appendAll([{ type: "test/b", data: 2 }, { type: "test/b", data: 3 }]))
+      const failures = [yield* Effect.flip(Fiber.join(a)), yield* Effect.flip(Fiber.join(b))]
+      assert.deepStrictEqual(failures.map((e) => e._tag), ["PersistenceError", "PersistenceError"])
+      assert.strictEqual((yield* session.events).length, 0)
+      const next = yield* session.append({ type: "test/a", data: 4 })
+      assert.strictEqual(next.seq, 0)
+      assert.deepStrictEqual((yield* stored).map((e) => e.data), [4])
+    }))
+
+  it.scoped("SES-00 appendCore of non-JSON data is a defect and commits nothing", () =>
+    Effect.gen(function*() {
+      const session = yield* Session.make({ id: "w3" })
+      const exit = yield* Effect.exit(
+        core(session).appendCore([{ type: "turn/start", data: { turn: 1n } } as never])
+      )
+      assert.isTrue(Exit.isFailure(exit) && Cause.isDie(exit.cause))
+      assert.strictEqual((yield* session.events).length, 0)
+      assert.strictEqual((yield* session.append({ type: "test/a", data: 1 })).seq, 0)
+    }))
+
+  it.effect("SES-04 appends queued before close are written; appends after it fail SessionClosed", () =>
+    Effect.gen(function*() {
+      const { writer, stored, holdNext } = yield* recordingWriter
+      const scope = yield* Scope.make()
+      const session = yield* Scope.extend(Session.fromPlan(planFor("w4"), writer), scope)
+      const held = yield* holdNext
+      const inFlight = yield* Effect.fork(session.append({ type: "test/a", data: 1 }))
+      yield* held.reached
+      const queued = yield* Effect.fork(session.append({ type: "test/a", data: 2 }))
+      yield* Effect.yieldNow()
+      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
+      yield* Effect.yieldNow()
+      const late = yield* Effect.flip(session.append({ type: "test/a", data: 3 }))
+      assert.strictEqual(late._tag, "SessionClosed")
+      yield* held.open
+      yield* Fiber.join(closing)
+      assert.strictEqual((yield* Fiber.join(inFlight)).seq, 0)
+      assert.strictEqual((yield* Fiber.join(queued)).seq, 1)
+      assert.deepStrictEqual((yield* stored).map((e) => e.data), [1, 2])
+    }))
+})
