@@ -1,6 +1,5 @@
 import { Command, FileSystem } from "@effect/platform"
-import { SystemError } from "@effect/platform/Error"
-import { NodeContext, NodeFileSystem } from "@effect/platform-node"
+import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Either, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
 import * as os from "node:os"
@@ -9,6 +8,7 @@ import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
 import type { SessionId } from "../src/Message.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
 import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { inDirectory, newFilePlan, newGate, withFilePlan } from "./fixtures/instrumentedFiles.js"
 import { withLogs } from "./fixtures/logs.js"
 
 class Directory extends Context.Tag("test/Directory")<Directory, string>() {}
@@ -39,13 +39,6 @@ conformance(
 )
 
 /** Runs `body` with a fresh temp directory on Node's file system. */
-const inDirectory = <A, E, R>(body: (directory: string) => Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    const directory = yield* fs.makeTempDirectoryScoped({ prefix: "effect-agent-" })
-    return yield* body(directory)
-  }).pipe(Effect.scoped, Effect.provide(NodeContext.layer))
-
 /** The file persistence of one "process" over `directory`. */
 const persistenceAt = (directory: string, options?: Omit<FileSessionPersistence.Options, "directory">) =>
   Effect.provide(SessionPersistence, FileSessionPersistence.layer({ directory, ...options }))
@@ -370,77 +363,8 @@ describe("FileSessionPersistence", () => {
   })
 
   describe("writes", () => {
-    interface Plan {
-      syncs: number
-      writes: number
-      failWrites: boolean
-      failTruncate: boolean
-      gate: { readonly entered: Deferred.Deferred<void>; readonly open: Deferred.Deferred<void> } | undefined
-    }
-
-    const injected = (method: string) =>
-      new SystemError({ module: "FileSystem", method, reason: "Unknown", description: "injected failure" })
-
-    /**
-     * Node's file system, instrumented on session data files: counts writes and syncs, can hold a
-     * write at a gate, and can fail writes (after writing a few bytes) and truncations.
-     */
-    const instrumented = (plan: Plan) =>
-      Layer.effect(
-        FileSystem.FileSystem,
-        Effect.map(FileSystem.FileSystem, (fs): FileSystem.FileSystem => ({
-          ...fs,
-          open: (path, options) =>
-            Effect.map(fs.open(path, options), (file): FileSystem.File => {
-              if (!path.endsWith(".jsonl")) return file
-              return {
-                [FileSystem.FileTypeId]: FileSystem.FileTypeId,
-                fd: file.fd,
-                get stat() {
-                  return file.stat
-                },
-                seek: (offset, from) => file.seek(offset, from),
-                read: (buffer) => file.read(buffer),
-                readAlloc: (size) => file.readAlloc(size),
-                write: (buffer) => file.write(buffer),
-                sync: Effect.suspend(() => {
-                  plan.syncs++
-                  return file.sync
-                }),
-                truncate: (length) => (plan.failTruncate ? Effect.fail(injected("truncate")) : file.truncate(length)),
-                writeAll: (buffer) =>
-                  Effect.gen(function*() {
-                    plan.writes++
-                    const gate = plan.gate
-                    if (gate !== undefined) {
-                      plan.gate = undefined
-                      yield* Deferred.succeed(gate.entered, undefined)
-                      yield* Deferred.await(gate.open)
-                    }
-                    if (plan.failWrites) {
-                      yield* file.writeAll(buffer.subarray(0, Math.min(10, buffer.length - 1)))
-                      return yield* injected("writeAll")
-                    }
-                    return yield* file.writeAll(buffer)
-                  })
-              }
-            })
-        }))
-      ).pipe(Layer.provide(NodeFileSystem.layer))
-
-    const newPlan = (): Plan => ({ syncs: 0, writes: 0, failWrites: false, failTruncate: false, gate: undefined })
-
-    const withPlan = (
-      directory: string,
-      plan: Plan,
-      options?: Omit<FileSessionPersistence.Options, "directory">
-    ) =>
-      Effect.provide(
-        SessionPersistence,
-        FileSessionPersistence.layer({ directory, ...options }).pipe(
-          Layer.provide(Layer.merge(NodeContext.layer, instrumented(plan)))
-        )
-      )
+    const newPlan = newFilePlan
+    const withPlan = withFilePlan
 
     it.effect("SES-02 PERS-04 appends queued while a write is in flight go out as one write with one sync", () =>
       inDirectory((directory) =>
@@ -453,7 +377,7 @@ describe("FileSessionPersistence", () => {
           plan.syncs = 0
           plan.writes = 0
 
-          const gate = { entered: yield* Deferred.make<void>(), open: yield* Deferred.make<void>() }
+          const gate = yield* newGate
           plan.gate = gate
           const first = yield* Effect.fork(writer.append(notes(0, 1)))
           yield* Deferred.await(gate.entered)

@@ -2,70 +2,10 @@
  * The file writer appends in the calling fiber (no writer fiber of its own): what that must not
  * change — an interrupted caller and a closing scope never leave a write half-acknowledged.
  */
-import { FileSystem } from "@effect/platform"
-import { NodeContext, NodeFileSystem } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Layer, Option, Scope } from "effect"
-import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
-import { SessionPersistence } from "../src/SessionPersistence.js"
+import { Deferred, Effect, Exit, Fiber, Option, Scope } from "effect"
+import { inDirectory, newFilePlan, newGate, withFilePlan } from "./fixtures/instrumentedFiles.js"
 import { header, notes, sid } from "./fixtures/persistenceConformance.js"
-
-interface Gate {
-  readonly entered: Deferred.Deferred<void>
-  readonly open: Deferred.Deferred<void>
-}
-
-/** Node's file system whose next write to a session data file waits at `plan.gate`. */
-const gated = (plan: { gate: Gate | undefined }) =>
-  Layer.effect(
-    FileSystem.FileSystem,
-    Effect.map(FileSystem.FileSystem, (fs): FileSystem.FileSystem => ({
-      ...fs,
-      open: (path, options) =>
-        Effect.map(fs.open(path, options), (file): FileSystem.File => {
-          if (!path.endsWith(".jsonl")) return file
-          return {
-            [FileSystem.FileTypeId]: FileSystem.FileTypeId,
-            fd: file.fd,
-            get stat() {
-              return file.stat
-            },
-            get sync() {
-              return file.sync
-            },
-            seek: (offset, from) => file.seek(offset, from),
-            read: (buffer) => file.read(buffer),
-            readAlloc: (size) => file.readAlloc(size),
-            write: (buffer) => file.write(buffer),
-            truncate: (length) => file.truncate(length),
-            writeAll: (buffer) =>
-              Effect.gen(function*() {
-                const gate = plan.gate
-                if (gate !== undefined) {
-                  plan.gate = undefined
-                  yield* Deferred.succeed(gate.entered, undefined)
-                  yield* Deferred.await(gate.open)
-                }
-                return yield* file.writeAll(buffer)
-              })
-          }
-        })
-    }))
-  ).pipe(Layer.provide(NodeFileSystem.layer))
-
-const withGate = (directory: string, plan: { gate: Gate | undefined }) =>
-  Effect.provide(
-    SessionPersistence,
-    FileSessionPersistence.layer({ directory }).pipe(Layer.provide(Layer.merge(NodeContext.layer, gated(plan))))
-  )
-
-const inDirectory = <A, E, R>(body: (directory: string) => Effect.Effect<A, E, R>) =>
-  Effect.gen(function*() {
-    const fs = yield* FileSystem.FileSystem
-    return yield* body(yield* fs.makeTempDirectoryScoped({ prefix: "effect-agent-" }))
-  }).pipe(Effect.scoped, Effect.provide(NodeContext.layer))
-
-const newGate = Effect.all({ entered: Deferred.make<void>(), open: Deferred.make<void>() })
 
 /** Lets every other fiber run until it blocks. */
 const settle = Effect.repeatN(Effect.yieldNow(), 20)
@@ -74,8 +14,8 @@ describe("FileSessionPersistence writer", () => {
   it.effect("SES-02b an append interrupted while its write is in flight is stored whole and acknowledged", () =>
     inDirectory((directory) =>
       Effect.gen(function*() {
-        const plan: { gate: Gate | undefined } = { gate: undefined }
-        const persistence = yield* withGate(directory, plan)
+        const plan = newFilePlan()
+        const persistence = yield* withFilePlan(directory, plan)
         const id = sid("interrupted")
         const writer = yield* persistence.create(header(id))
         const gate = yield* newGate
@@ -95,8 +35,8 @@ describe("FileSessionPersistence writer", () => {
   it.effect("PERS-01 PERS-04 closing the writer lets the write in flight finish, then refuses appends", () =>
     inDirectory((directory) =>
       Effect.gen(function*() {
-        const plan: { gate: Gate | undefined } = { gate: undefined }
-        const persistence = yield* withGate(directory, plan)
+        const plan = newFilePlan()
+        const persistence = yield* withFilePlan(directory, plan)
         const id = sid("closing")
         const scope = yield* Scope.make()
         const writer = yield* Scope.extend(persistence.create(header(id)), scope)
