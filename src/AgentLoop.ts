@@ -499,7 +499,11 @@ export const make: Effect.Effect<
       Effect.uninterruptibleMask((restore) =>
         Effect.flatMap(Effect.fork(restore(effect)), (child) => {
           build.creating = child
-          return restore(Fiber.await(child)).pipe(
+          // an abort that came between the fork and here found no fiber to interrupt
+          const awaited = build.aborted === undefined
+            ? Fiber.await(child)
+            : Effect.zipRight(Fiber.interruptFork(child), Fiber.await(child))
+          return restore(awaited).pipe(
             Effect.onInterrupt(() => Fiber.interrupt(child)),
             Effect.flatMap((exit): Effect.Effect<A, E | Abort> => {
               build.creating = undefined
