@@ -65,7 +65,22 @@ const inCommitRef = FiberRef.unsafeMake(false)
  */
 const ownRef = FiberRef.unsafeMake<ReadonlySet<object>>(new Set())
 
-const withOwn = (build: object) => Effect.locallyWith(ownRef, (own) => new Set([...own, build]))
+/**
+ * `Effect.locallyWith` for this module's own FiberRefs, for regions that are uninterruptible
+ * anyway (the creation transaction, publication, the teardown fiber): set, run, restore the previous
+ * value on any exit, in a few operations instead of an acquire/use/release (B1).
+ */
+const locallyUninterruptible = <V>(ref: FiberRef.FiberRef<V>, f: (current: V) => V) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.uninterruptible(
+    Effect.flatMap(FiberRef.getAndUpdate(ref, f), (previous) =>
+      Effect.matchCauseEffect(effect, {
+        onFailure: (cause) => Effect.zipRight(FiberRef.set(ref, previous), Effect.failCause(cause)),
+        onSuccess: (value) => Effect.as(FiberRef.set(ref, previous), value)
+      }))
+  )
+
+const withOwn = (build: object) => locallyUninterruptible(ownRef, (own) => new Set([...own, build]))
 
 /**
  * The AgentLoop service: the factory it installed, for users that want to call it directly.
@@ -155,7 +170,8 @@ interface Build {
   readonly agentScope: Scope.CloseableScope
   readonly sessionScope: Scope.CloseableScope
   readonly link: Scope.CloseableScope
-  readonly factoryLink: Scope.CloseableScope
+  /** What an owner runs to dispose it: the owner Scope's link and the factory's close (FAC-04). */
+  release: Effect.Effect<void>
   /** The identity of this creation and its teardown in `ownRef`. */
   readonly own: object
   /** The teardown's outcome, made when the teardown starts (LIFE-02). */
@@ -212,8 +228,6 @@ export const make: Effect.Effect<
   const globalTools = yield* Effect.serviceOption(Tool.ToolRegistry)
   const globalHooks = yield* Effect.serviceOption(Tool.LoopHooks)
   const runtime = yield* Effect.runtime<never>()
-  const factoryScope = yield* Effect.scope
-  const linksScope = yield* Scope.fork(factoryScope, ExecutionStrategy.sequential)
   const critical = yield* Effect.makeSemaphore(1)
   // creations in flight, and what the factory's finalizer awaits until none is left (plain cells:
   // each change is one synchronous step)
@@ -289,7 +303,6 @@ export const make: Effect.Effect<
           teardownSteps(build, publisher).pipe(
             Effect.flatMap((exit) => Deferred.succeed(done!, exit)),
             Effect.zipRight(Scope.close(build.link, Exit.void)),
-            Effect.zipRight(Scope.close(build.factoryLink, Exit.void)),
             withOwn(build.own),
             Effect.uninterruptible
           )
@@ -470,7 +483,7 @@ export const make: Effect.Effect<
             Effect.mapError((error) => new AgentError.AgentCreationVetoed({ id: build.id, cause: error.cause }))
           )
           yield* publisher.announce(build.agentEntry!, source)
-        }).pipe(Effect.locally(publishingRef, Option.some(build.id)))
+        }).pipe(locallyUninterruptible(publishingRef, () => Option.some(build.id)))
       )
       if (Exit.isFailure(announced)) {
         yield* build.driver!.open(false)
@@ -519,8 +532,9 @@ export const make: Effect.Effect<
 
   /**
    * Step 0 of the transaction: the three Scopes forked from the owner in order (agentScope,
-   * sessionScope, link), and the factory's own link. Runs in the creation's `ownRef` region: if the
-   * owner is already closed, the link's finalizer runs at once and must not await the teardown.
+   * sessionScope, link); the factory keeps the agent in `live` for its own close. Runs in the
+   * creation's `ownRef` region: if the owner is already closed, the link's finalizer runs at once
+   * and must not await the teardown.
    */
   const makeBuild = (
     id: SessionId,
@@ -532,13 +546,12 @@ export const make: Effect.Effect<
       const agentScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
       const sessionScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
       const link = yield* Scope.fork(owner, ExecutionStrategy.sequential)
-      const factoryLink = yield* Scope.fork(linksScope, ExecutionStrategy.sequential)
       const build: Build = {
         id,
         agentScope,
         sessionScope,
         link,
-        factoryLink,
+        release: Effect.void,
         own,
         done: undefined,
         aborted: undefined,
@@ -559,25 +572,18 @@ export const make: Effect.Effect<
         hooks: undefined
       }
       live.add(build)
-      // one finalizer value serves both links (an Effect is a description: it runs once per link)
-      const finalizer = ownerFinalizer(build, publisher)
-      yield* Scope.addFinalizer(link, finalizer)
-      yield* Scope.addFinalizer(factoryLink, finalizer)
+      // one finalizer value serves the owner's link and the factory's close (an Effect is a
+      // description: it runs once per owner, and the teardown it starts is memoized)
+      build.release = ownerFinalizer(build, publisher)
+      yield* Scope.addFinalizer(link, build.release)
       return build
     })
 
-  const inFlightRegion = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-    Effect.acquireUseRelease(
-      Effect.sync(() => {
-        inFlight++
-      }),
-      () => effect,
-      () =>
-        Effect.suspend(() => {
-          inFlight--
-          return inFlight === 0 && drained !== undefined ? Deferred.succeed(drained, undefined) : Effect.void
-        })
-    )
+  /** Leaves the count of creations in flight; the last one out wakes the factory's close (FAC-04). */
+  const leaveInFlight = Effect.suspend(() => {
+    inFlight--
+    return inFlight === 0 && drained !== undefined ? Deferred.succeed(drained, undefined) : Effect.void
+  })
 
   const guardEntry = Effect.gen(function*() {
     if (yield* FiberRef.get(inCommitRef)) {
@@ -630,10 +636,11 @@ export const make: Effect.Effect<
       restore: <X, EX, RX>(effect: Effect.Effect<X, EX, RX>) => Effect.Effect<X, EX, RX>
     ) => Effect.Effect<A, E, R>
   ) =>
-    inFlightRegion(
-      Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function*() {
-          if (!active) return yield* new AgentError.AgentLoopInactive()
+    Effect.uninterruptibleMask((restore) =>
+      Effect.suspend((): Effect.Effect<A, E | AgentError.AgentLoopInactive, R> => {
+        if (!active) return Effect.fail(new AgentError.AgentLoopInactive())
+        inFlight++
+        const attempt = Effect.gen(function*() {
           const own = {}
           const [build, exit] = yield* Effect.gen(function*() {
             const build = yield* makeBuild(id, owner, publisher, own)
@@ -645,7 +652,12 @@ export const make: Effect.Effect<
           yield* teardown(build, publisher).pipe(Effect.ignore)
           return yield* Effect.failCause(exit.cause)
         })
-      )
+        // uninterruptible throughout, so leaving the count needs no acquire/release (B1)
+        return Effect.matchCauseEffect(attempt, {
+          onFailure: (cause) => Effect.zipRight(leaveInFlight, Effect.failCause(cause)),
+          onSuccess: (value) => Effect.as(leaveInFlight, value)
+        })
+      })
     )
 
   // ---------------------------------------------------------------------------------------------
@@ -692,9 +704,7 @@ export const make: Effect.Effect<
                 build.createMode = true
               }
               // the session's writer fiber forks from the factory's runtime, not this caller's (B2)
-              const session = yield* internalSession.fromPlan(planned, writer, runtime).pipe(
-                Scope.extend(build.sessionScope)
-              )
+              const session = yield* internalSession.fromPlanIn(build.sessionScope, planned, writer, runtime)
               // a new session has no inbox events after its seed, so its replay cannot fail
               const built = yield* buildAgent(build, session, agentOptions, options.parentAgent, {}, publisher).pipe(
                 Effect.catchTag("InvalidInboxLog", Effect.die)
@@ -743,14 +753,12 @@ export const make: Effect.Effect<
               if (closers.length > 0) {
                 yield* opened.writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
               }
-              const session = yield* internalSession.make({
+              const session = yield* internalSession.makeIn(build.sessionScope, {
                 header: stored.header,
                 events,
                 writer: opened.writer,
                 runtime
-              }).pipe(
-                Scope.extend(build.sessionScope)
-              )
+              })
               const built = yield* buildAgent(
                 build,
                 session,
@@ -785,8 +793,7 @@ export const make: Effect.Effect<
 
   // FAC-04: on close, first the slot clears (setFactory's release runs first: it was added last),
   // then creations not entered yet are stopped, those in flight awaited, and every agent this
-  // factory made is disposed, whoever created it. The factory's links live in `linksScope`, added
-  // before this finalizer, so the layer's Scope never closes them before the slot is clear.
+  // factory made is disposed, whoever created it (each agent's `release`, as its owner would).
   yield* Effect.addFinalizer(() =>
     Effect.gen(function*() {
       active = false
@@ -796,10 +803,9 @@ export const make: Effect.Effect<
       const waitFor = yield* Deferred.make<void>()
       drained = waitFor
       if (inFlight > 0) yield* Deferred.await(waitFor)
-      const disposals = Array.from(live, (build) => Scope.close(build.factoryLink, Exit.void))
+      const disposals = Array.from(live, (build) => build.release)
       yield* Effect.all(disposals, { discard: true, concurrency: "unbounded" })
       yield* Effect.forEach(Array.from(teardownFibers), (fiber) => fiber.await, { discard: true })
-      yield* Scope.close(linksScope, Exit.void)
     })
   )
   yield* registry.setFactory(factory)

@@ -5,8 +5,8 @@
  *
  * @internal
  */
-import { Effect, Either, Exit, Fiber, Option, Queue, Runtime } from "effect"
-import type { Array as Arr, Clock, Scope } from "effect"
+import { Effect, Either, Exit, Fiber, Option, Queue, Runtime, Scope } from "effect"
+import type { Array as Arr, Clock } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as SessionError from "../SessionError.js"
@@ -14,7 +14,6 @@ import type { CoreEvent, CoreEventInput, CustomEventInput, SessionEvent, Session
 import type { SessionWriter } from "../SessionPersistence.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "./feed.js"
-import * as finalizer from "./finalizer.js"
 import * as history from "./history.js"
 
 /**
@@ -103,7 +102,11 @@ export class TurnState {
 }
 
 /** @internal */
-export const make = (options: {
+export const make = (options: MakeOptions): Effect.Effect<Session, never, Scope.Scope> =>
+  Effect.flatMap(Effect.scope, (scope) => makeIn(scope, options))
+
+/** @internal */
+export interface MakeOptions {
   readonly header: SessionHeader
   /** Events already stored (or validated seed events when there is no writer). */
   readonly events: ReadonlyArray<SessionEvent>
@@ -113,7 +116,15 @@ export const make = (options: {
    * passes the runtime it captured once, so no session keeps its creator's FiberRefs and span (B2).
    */
   readonly runtime?: Runtime.Runtime<never> | undefined
-}): Effect.Effect<Session, never, Scope.Scope> =>
+}
+
+/**
+ * `make` with its Scope given: the session closes when `scope` closes (a factory that holds the
+ * session's Scope saves providing it as a service, B1).
+ *
+ * @internal
+ */
+export const makeIn = (scope: Scope.Scope, options: MakeOptions): Effect.Effect<Session> =>
   Effect.gen(function*() {
     const id: SessionId = options.header.id
     const log: Array<SessionEvent> = options.events.slice()
@@ -284,7 +295,7 @@ export const make = (options: {
       )
     }).pipe(Effect.asVoid, Effect.uninterruptible)
 
-    yield* finalizer.addFinalizer(close)
+    yield* Scope.addFinalizer(scope, close)
 
     const session: Session = {
       id,
@@ -337,14 +348,26 @@ export const make = (options: {
  */
 export const fromPlan = (
   sessionPlan: SessionPlan,
+  writer: SessionWriter | undefined
+): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError, Scope.Scope> =>
+  Effect.flatMap(Effect.scope, (scope) => fromPlanIn(scope, sessionPlan, writer))
+
+/**
+ * `fromPlan` with its Scope given, and the runtime the writer fiber forks from (see `MakeOptions`).
+ *
+ * @internal
+ */
+export const fromPlanIn = (
+  scope: Scope.Scope,
+  sessionPlan: SessionPlan,
   writer: SessionWriter | undefined,
   runtime?: Runtime.Runtime<never>
-): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError, Scope.Scope> =>
+): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError> =>
   Effect.gen(function*() {
     if (writer !== undefined && sessionPlan.seed.length > 0) {
       yield* writer.append(sessionPlan.seed as Arr.NonEmptyReadonlyArray<SessionEvent>)
     }
-    return yield* make({ header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
+    return yield* makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
   })
 
 /** @internal */
