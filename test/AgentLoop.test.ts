@@ -27,7 +27,7 @@ import type { SessionEvent } from "../src/SessionEvent.js"
 import * as SessionEventModule from "../src/SessionEvent.js"
 import { SessionStore } from "../src/SessionStore.js"
 import * as Tool from "../src/Tool.js"
-import { watch } from "./fixtures/lifecycle.js"
+import { createsCleanly, watch } from "./fixtures/lifecycle.js"
 import { makeRuntime, makeVolatileRuntime, note, route } from "./fixtures/runtime.js"
 
 const sid = (id: string) => id as SessionId
@@ -284,13 +284,7 @@ describe("AgentLoop create (PUB)", () => {
         yield* assertNothingLeft("a")
         assert.deepStrictEqual(yield* rt.trace, ["writer-released a session-live=false absent"])
         // the id is free, and the rolled-back creation published nothing before this one
-        const again = yield* registry.create({ sessionId: "a" })
-        assert.deepStrictEqual(yield* feeds.agents.until("AgentSessionStart:a:startup"), [
-          "AgentCreated:a",
-          "AgentSessionStart:a:startup"
-        ])
-        assert.deepStrictEqual(yield* feeds.sessions.until("SessionCreated:a"), ["SessionCreated:a"])
-        yield* again.dispose
+        yield* createsCleanly(feeds, "a", { sessions: true })
       }).pipe(Effect.provide(rt.context))
     }))
 
@@ -314,12 +308,7 @@ describe("AgentLoop create (PUB)", () => {
         assert.isTrue(Exit.isInterrupted(yield* Fiber.interrupt(creating)))
         assert.isTrue(yield* Ref.get(released))
         yield* assertNothingLeft("a")
-        const again = yield* registry.create({ sessionId: "a" })
-        assert.deepStrictEqual(yield* feeds.agents.until("AgentSessionStart:a:startup"), [
-          "AgentCreated:a",
-          "AgentSessionStart:a:startup"
-        ])
-        yield* again.dispose
+        yield* createsCleanly(feeds, "a")
       }).pipe(Effect.provide(rt.context))
     }))
 
@@ -478,12 +467,7 @@ describe("AgentLoop create (PUB)", () => {
           "writer-released a session-live=false absent",
           "writer-released a session-live=false absent"
         ])
-        const again = yield* registry.create({ sessionId: "a" })
-        assert.deepStrictEqual(yield* feeds.agents.until("AgentSessionStart:a:startup"), [
-          "AgentCreated:a",
-          "AgentSessionStart:a:startup"
-        ])
-        yield* again.dispose
+        yield* createsCleanly(feeds, "a")
       }).pipe(Effect.provide(rt.context))
     }))
 
@@ -650,13 +634,7 @@ describe("AgentLoop create (PUB)", () => {
         assert.strictEqual(yield* Ref.get(setups), 0)
         yield* assertNothingLeft("a")
         // nothing was published before this creation's events
-        const ok = yield* registry.create({ sessionId: "ok" })
-        assert.deepStrictEqual(yield* feeds.agents.until("AgentSessionStart:ok:startup"), [
-          "AgentCreated:ok",
-          "AgentSessionStart:ok:startup"
-        ])
-        assert.deepStrictEqual(yield* feeds.sessions.until("SessionCreated:ok"), ["SessionCreated:ok"])
-        yield* ok.dispose
+        yield* createsCleanly(feeds, "ok", { sessions: true })
       }).pipe(Effect.provide(rt.context))
     }))
 
