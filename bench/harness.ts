@@ -5,6 +5,34 @@
  * measured in the same run, because ratios survive a noisy machine and absolute figures do not.
  */
 
+import { Effect, RuntimeFlags, RuntimeFlagsPatch, Supervisor } from "effect"
+
+/** Counts every Effect operation run by the fibers it supervises. */
+class OpCounter extends Supervisor.AbstractSupervisor<number> {
+  count = 0
+  get value(): Effect.Effect<number> {
+    return Effect.sync(() => this.count)
+  }
+  override onEffect(): void {
+    this.count++
+  }
+}
+
+/**
+ * Runs `effect` counting the Effect operations of its fiber and of every fiber forked from it
+ * (including from runtimes captured inside it): a measure of work that, unlike time, does not move
+ * with the machine's load.
+ */
+export const countOperations = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<[A, number], E, R> =>
+  Effect.suspend(() => {
+    const counter = new OpCounter()
+    return effect.pipe(
+      Effect.supervised(counter),
+      Effect.withRuntimeFlagsPatch(RuntimeFlagsPatch.enable(RuntimeFlags.OpSupervision)),
+      Effect.map((value): [A, number] => [value, counter.count])
+    )
+  })
+
 /** A measured quantity over rounds. */
 export interface Stat {
   readonly median: number
