@@ -32,6 +32,7 @@ import * as internalRegistry from "./internal/agentRegistry.js"
 import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
+import * as finalizer from "./internal/finalizer.js"
 import * as internalHooks from "./internal/hooks.js"
 import * as internalSession from "./internal/session.js"
 import * as internalTools from "./internal/tools.js"
@@ -602,9 +603,9 @@ export const make: Effect.Effect<
       stillWanted(build),
       setup === undefined ? Effect.succeed(undefined) : abortable(
         build,
-        setup(view).pipe(
-          Scope.extend(build.agentScope),
-          Effect.map((result) => (result === undefined ? undefined : result.commit))
+        Effect.map(
+          finalizer.extendScope(setup(view), build.agentScope),
+          (result) => (result === undefined ? undefined : result.commit)
         )
       )
     )
@@ -693,8 +694,8 @@ export const make: Effect.Effect<
               )
               let writer: SessionWriter | undefined
               if (Option.isSome(persistence)) {
-                writer = yield* persistence.value.create(planned.header).pipe(
-                  Scope.extend(build.sessionScope),
+                const created = finalizer.extendScope(persistence.value.create(planned.header), build.sessionScope)
+                writer = yield* created.pipe(
                   Effect.catchTags({
                     SessionAlreadyExists: () => Effect.fail(new AgentError.AgentAlreadyExists({ id, where: "stored" })),
                     SessionLocked: () => Effect.fail(new AgentError.AgentAlreadyExists({ id, where: "locked" }))
@@ -743,7 +744,7 @@ export const make: Effect.Effect<
             stillWanted(build),
             Effect.gen(function*() {
               // RES-02: the exclusive writer first, reading the log once
-              const opened = yield* persistence.value.openWrite(id).pipe(Scope.extend(build.sessionScope))
+              const opened = yield* finalizer.extendScope(persistence.value.openWrite(id), build.sessionScope)
               build.writer = opened.writer
               const stored = opened.stored
               // RES-03: repair closers, then replay-validate the inbox on the repaired log, in memory

@@ -1,5 +1,5 @@
 /**
- * Finalizers for objects that exist once per session or agent.
+ * Finalizers and Scopes for objects that exist once per session or agent.
  *
  * `Effect.addFinalizer` and `Effect.acquireRelease` keep a copy of the acquiring fiber's FiberRefs
  * (its services, span and log annotations) so that the release can run with them, and diff and
@@ -9,7 +9,7 @@
  *
  * @internal
  */
-import { Effect, Scope } from "effect"
+import { Context, Effect, FiberRef, Scope } from "effect"
 
 /**
  * Adds `release` to the current Scope; it runs with the FiberRefs of the fiber that closes it.
@@ -30,4 +30,31 @@ export const acquireRelease = <A, E, R>(
 ): Effect.Effect<A, E, R | Scope.Scope> =>
   Effect.uninterruptible(
     Effect.flatMap(acquire, (a) => Effect.as(addFinalizer(release(a)), a))
+  )
+
+/**
+ * `Scope.extend` in a third of the operations (B1): `scope` is the Scope of `effect`, and the
+ * caller's context is restored on any exit, interruption included, as `Scope.extend` (an
+ * `Effect.locally` of the context, an acquire/use/release) would do.
+ *
+ * @internal
+ */
+export const extendScope = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  scope: Scope.Scope
+): Effect.Effect<A, E, Exclude<R, Scope.Scope>> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(
+      FiberRef.getAndUpdate(FiberRef.currentContext, (context) => Context.add(context, Scope.Scope, scope)),
+      (previous) =>
+        Effect.matchCauseEffect(
+          // the Scope is in the context from here on: what is left of R is provided by the caller
+          restore(effect as Effect.Effect<A, E, Exclude<R, Scope.Scope>>),
+          {
+            onFailure: (cause) =>
+              Effect.zipRight(FiberRef.set(FiberRef.currentContext, previous), Effect.failCause(cause)),
+            onSuccess: (value) => Effect.as(FiberRef.set(FiberRef.currentContext, previous), value)
+          }
+        )
+    )
   )
