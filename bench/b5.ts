@@ -8,7 +8,7 @@ import { AgentRegistry } from "../src/index.js"
 import type { UserMessage } from "../src/Message.js"
 import { memoryRuntime, route, userMessage } from "./fixtures.js"
 import type { Row, Scenario } from "./harness.js"
-import { fmt, now, perSecond, ratios, settle, stat } from "./harness.js"
+import { countOperations, fmt, now, perSecond, ratios, settle, stat } from "./harness.js"
 
 const TURNS = 2_000
 
@@ -61,6 +61,15 @@ const raw = (turns: number) =>
     return ((now() - start) * 1000) / turns
   })
 
+/** Effect operations per turn (and per raw turn), less the agent's creation: exact under any load. */
+const operationsPerTurn = (messages: ReadonlyArray<UserMessage>) =>
+  Effect.gen(function*() {
+    const [, withTurns] = yield* countOperations(ours("ops", messages))
+    const [, empty] = yield* countOperations(ours("ops-empty", []))
+    const [, floor] = yield* countOperations(raw(messages.length))
+    return { ours: (withTurns - empty) / messages.length, raw: floor / messages.length }
+  })
+
 export const scenario: Scenario = {
   id: "B5",
   title: "2,000 sequential turns on one agent, model answers at once",
@@ -80,6 +89,8 @@ export const scenario: Scenario = {
           `raw ${fmt(rawUs[r]!)} µs`
       )
     }
+    const operations = await Effect.runPromise(operationsPerTurn(messages.slice(0, 200)))
+    log(`B5 Effect operations per turn: ${fmt(operations.ours)} (fork+join, 8 Ref appends: ${fmt(operations.raw)})`)
     const all = oursT.map((t) => t.all)
     const rate = stat(all.map(perSecond))
     const growth = stat(oursT.map((t) => t.last10 / t.first10))
@@ -91,9 +102,10 @@ export const scenario: Scenario = {
       raw: { label: "fork+join, 8 Ref appends", value: stat(rawUs.map(perSecond)) },
       costRatio: ratios(all, rawUs),
       notes: `per turn first 10% ${fmt(stat(oursT.map((t) => t.first10)).median)} µs, last 10% ` +
-        `${fmt(stat(oursT.map((t) => t.last10)).median)} µs (last/first ${fmt(growth.median)}×)`,
+        `${fmt(stat(oursT.map((t) => t.last10)).median)} µs (last/first ${fmt(growth.median)}×); ` +
+        `${fmt(operations.ours)} Effect operations per turn (raw: ${fmt(operations.raw)})`,
       peer: `130–170/s (last 200 ≈10× slower) → ${fmt(rate.median / 150)}× (target ≥5×)`,
-      extra: { lastOverFirst: growth.median }
+      extra: { lastOverFirst: growth.median, operationsPerTurn: operations.ours, rawOperationsPerTurn: operations.raw }
     }
     return [row]
   }
