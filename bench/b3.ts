@@ -7,7 +7,7 @@ import { AgentRegistry } from "../src/index.js"
 import type { UserMessage } from "../src/Message.js"
 import { memoryRuntime, route, userMessage } from "./fixtures.js"
 import type { Row, Scenario } from "./harness.js"
-import { fmt, now, perSecond, ratios, settle, stat } from "./harness.js"
+import { countOperations, fmt, now, perSecond, ratios, settle, stat } from "./harness.js"
 
 const OPS = 100_000
 
@@ -65,6 +65,15 @@ const raw = (messages: ReadonlyArray<UserMessage>) =>
     return timing(marks, messages.length)
   })
 
+/** Effect operations per inject (and per raw op), less the agent's creation: exact under any load. */
+const operationsPerInject = (messages: ReadonlyArray<UserMessage>) =>
+  Effect.gen(function*() {
+    const [, withInjects] = yield* countOperations(ours("ops", messages))
+    const [, empty] = yield* countOperations(ours("ops-empty", []))
+    const [, floor] = yield* countOperations(raw(messages))
+    return { ours: (withInjects - empty) / messages.length, raw: floor / messages.length }
+  })
+
 export const scenario: Scenario = {
   id: "B3",
   title: "100,000 injects on one idle agent",
@@ -85,6 +94,8 @@ export const scenario: Scenario = {
           `raw ${fmt(rawT[r]!.all)} µs/op`
       )
     }
+    const operations = await Effect.runPromise(operationsPerInject(messages.slice(0, 1000)))
+    log(`B3 Effect operations per inject: ${fmt(operations.ours)} (Ref.update+Queue.offer: ${fmt(operations.raw)})`)
     const all = oursT.map((t) => t.all)
     const growth = stat(oursT.map((t) => t.last10 / t.first10))
     const rate10k = stat(oursT.map((t) => perSecond(t.first10k)))
@@ -98,9 +109,10 @@ export const scenario: Scenario = {
       notes: `per op first 10% ${fmt(stat(oursT.map((t) => t.first10)).median)} µs, last 10% ` +
         `${fmt(stat(oursT.map((t) => t.last10)).median)} µs (last/first ${fmt(growth.median)}×); ` +
         `first 1,000 ${fmt(stat(oursT.map((t) => perSecond(t.first1k))).median)}/s, ` +
-        `first 10,000 ${fmt(rate10k.median)}/s`,
+        `first 10,000 ${fmt(rate10k.median)}/s; ${fmt(operations.ours)} Effect operations per inject ` +
+        `(raw: ${fmt(operations.raw)})`,
       peer: `≈900/s over 10,000 → ${fmt(rate10k.median / 900)}× (target ≥10×)`,
-      extra: { lastOverFirst: growth.median }
+      extra: { lastOverFirst: growth.median, operationsPerInject: operations.ours, rawOperationsPerInject: operations.raw }
     }
     return [row]
   }
