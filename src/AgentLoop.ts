@@ -66,22 +66,7 @@ const inCommitRef = FiberRef.unsafeMake(false)
  */
 const ownRef = FiberRef.unsafeMake<ReadonlySet<object>>(new Set())
 
-/**
- * `Effect.locallyWith` for this module's own FiberRefs, for regions that are uninterruptible
- * anyway (the creation transaction, publication, the teardown fiber): set, run, restore the previous
- * value on any exit, in a few operations instead of an acquire/use/release (B1).
- */
-const locallyUninterruptible = <V>(ref: FiberRef.FiberRef<V>, f: (current: V) => V) =>
-<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.uninterruptible(
-    Effect.flatMap(FiberRef.getAndUpdate(ref, f), (previous) =>
-      Effect.matchCauseEffect(effect, {
-        onFailure: (cause) => Effect.zipRight(FiberRef.set(ref, previous), Effect.failCause(cause)),
-        onSuccess: (value) => Effect.as(FiberRef.set(ref, previous), value)
-      }))
-  )
-
-const withOwn = (build: object) => locallyUninterruptible(ownRef, (own) => new Set([...own, build]))
+const withOwn = (build: object) => finalizer.locallyWith(ownRef, (own) => new Set([...own, build]))
 
 /**
  * The AgentLoop service: the factory it installed, for users that want to call it directly.
@@ -484,7 +469,7 @@ export const make: Effect.Effect<
             Effect.mapError((error) => new AgentError.AgentCreationVetoed({ id: build.id, cause: error.cause }))
           )
           yield* publisher.announce(build.agentEntry!, source)
-        }).pipe(locallyUninterruptible(publishingRef, () => Option.some(build.id)))
+        }).pipe(finalizer.locallyWith(publishingRef, () => Option.some(build.id)))
       )
       if (Exit.isFailure(announced)) {
         yield* build.driver!.open(false)

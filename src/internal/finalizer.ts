@@ -1,5 +1,5 @@
 /**
- * Finalizers and Scopes for objects that exist once per session or agent.
+ * Finalizers, Scopes and FiberRef regions for objects that exist once per session or agent.
  *
  * `Effect.addFinalizer` and `Effect.acquireRelease` keep a copy of the acquiring fiber's FiberRefs
  * (its services, span and log annotations) so that the release can run with them, and diff and
@@ -33,9 +33,25 @@ export const acquireRelease = <A, E, R>(
   )
 
 /**
- * `Scope.extend` in a third of the operations (B1): `scope` is the Scope of `effect`, and the
- * caller's context is restored on any exit, interruption included, as `Scope.extend` (an
- * `Effect.locally` of the context, an acquire/use/release) would do.
+ * `Effect.locallyWith` in a few operations instead of an acquire/use/release (B1): `ref` is
+ * `f(current)` while `effect` runs, and its previous value is restored on any exit, interruption
+ * included; `effect` keeps the caller's interruptibility.
+ *
+ * @internal
+ */
+export const locallyWith = <V>(ref: FiberRef.FiberRef<V>, f: (current: V) => V) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.flatMap(FiberRef.getAndUpdate(ref, f), (previous) =>
+      Effect.matchCauseEffect(restore(effect), {
+        onFailure: (cause) => Effect.zipRight(FiberRef.set(ref, previous), Effect.failCause(cause)),
+        onSuccess: (value) => Effect.as(FiberRef.set(ref, previous), value)
+      }))
+  )
+
+/**
+ * `Scope.extend` in a third of the operations (B1): `scope` is the Scope of `effect` (added to the
+ * context with `locallyWith`, so the caller's context is restored on any exit).
  *
  * @internal
  */
@@ -43,18 +59,7 @@ export const extendScope = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
   scope: Scope.Scope
 ): Effect.Effect<A, E, Exclude<R, Scope.Scope>> =>
-  Effect.uninterruptibleMask((restore) =>
-    Effect.flatMap(
-      FiberRef.getAndUpdate(FiberRef.currentContext, (context) => Context.add(context, Scope.Scope, scope)),
-      (previous) =>
-        Effect.matchCauseEffect(
-          // the Scope is in the context from here on: what is left of R is provided by the caller
-          restore(effect as Effect.Effect<A, E, Exclude<R, Scope.Scope>>),
-          {
-            onFailure: (cause) =>
-              Effect.zipRight(FiberRef.set(FiberRef.currentContext, previous), Effect.failCause(cause)),
-            onSuccess: (value) => Effect.as(FiberRef.set(FiberRef.currentContext, previous), value)
-          }
-        )
-    )
+  // the Scope is in the context while `effect` runs: what is left of R is provided by the caller
+  locallyWith(FiberRef.currentContext, (context) => Context.add(context, Scope.Scope, scope))(
+    effect as Effect.Effect<A, E, Exclude<R, Scope.Scope>>
   )
