@@ -12,8 +12,9 @@ import { SqlClient } from "@effect/sql/SqlClient"
 import type { Array as Arr } from "effect"
 import { Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
+import * as committer from "./internal/sqlCommitter.js"
 import * as lease from "./internal/sqlLease.js"
-import { decodeEvents, decodeHeader, eventRecord, headerRecord, persistenceError } from "./internal/sqlLog.js"
+import { decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
 import type { EventRow } from "./internal/sqlLog.js"
 import { dialectOf, migrate } from "./internal/sqlSchema.js"
 import type { SessionId } from "./Message.js"
@@ -59,7 +60,7 @@ export interface Options {
   readonly instanceId?: string | undefined
 }
 
-type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
+type WriteError = committer.WriteError
 
 interface WriterState {
   nextSeq: number
@@ -72,8 +73,6 @@ interface WriterState {
 const conflict = (id: SessionId, expectedSeq: number, actualSeq: number) =>
   new SessionError.SessionConflict({ id, expectedSeq, actualSeq })
 
-/** Rows per `INSERT`: 5 parameters each stays far below every driver's parameter limit. */
-const INSERT_CHUNK = 200
 
 /** Sessions per page of `list`. */
 const LIST_PAGE = 500
@@ -137,35 +136,8 @@ const make = (options: Options | undefined) =>
           Effect.fail(persistenceError(`reading session ${JSON.stringify(id)}`)(error)))
       )
 
-    /**
-     * One batch, one transaction (PERS-02, PERS-04): the lease row is renewed only if it still
-     * holds our token (which, on Postgres, locks it until commit), the batch must start at the
-     * stored length, then the rows go in.
-     */
-    const appendBatch = (held: lease.Lease, events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
-      sql.withTransaction(Effect.gen(function*() {
-        const id = held.id
-        const now = yield* Clock.currentTimeMillis
-        const ours = yield* sql<{ readonly token: string }>`UPDATE effect_agent_leases
-          SET expires_at = ${now + ttlMillis}
-          WHERE session_id = ${id} AND token = ${held.token} RETURNING token`
-        const lengths = yield* sql<{ readonly next_seq: number | string }>`SELECT COALESCE(MAX(seq) + 1, 0) AS next_seq
-          FROM effect_agent_events WHERE session_id = ${id}`
-        const stored = Number(lengths[0]?.next_seq ?? 0)
-        if (ours.length === 0 || events[0].seq !== stored) return yield* conflict(id, events[0].seq, stored)
-        for (let start = 0; start < events.length; start += INSERT_CHUNK) {
-          const rows = events.slice(start, start + INSERT_CHUNK).map((event) => ({
-            session_id: id,
-            seq: event.seq,
-            event_time: event.time,
-            event_type: event.type,
-            record: eventRecord(event)
-          }))
-          yield* sql`INSERT INTO effect_agent_events ${sql.insert(rows)}`
-        }
-        yield* sql`UPDATE effect_agent_sessions SET updated_at = ${now} WHERE session_id = ${id}`
-        return stored + events.length
-      }))
+    // One transaction (one sync) for the batches of every session waiting at that moment (SES-02).
+    const commits = yield* committer.make({ sql, ttlMillis })
 
     /** The writer of one session; appends are serialized (the session's writer fiber batches them, SES-02). */
     const makeWriter = Effect.fnUntraced(function*(held: lease.Lease, nextSeq: number, isCreateMode: boolean) {
@@ -190,11 +162,8 @@ const make = (options: Options | undefined) =>
             const seq = events[i]!.seq
             if (seq !== events[0].seq + i) return Effect.fail(conflict(id, seq, events[0].seq + i))
           }
-          return appendBatch(held, events).pipe(
-            Effect.tap((length) => Effect.sync(() => (state.nextSeq = length))),
-            Effect.asVoid,
-            Effect.catchTag("SqlError", (error) =>
-              Effect.fail(persistenceError(`appending to session ${JSON.stringify(id)}`)(error)))
+          return commits.submit(held, events).pipe(
+            Effect.flatMap((length) => Effect.sync(() => (state.nextSeq = length)))
           )
         }))
 
@@ -377,4 +346,4 @@ const make = (options: Options | undefined) =>
 export const layer = (
   options?: Options | undefined
 ): Layer.Layer<SessionPersistence, SessionError.PersistenceError, SqlClient> =>
-  Layer.effect(SessionPersistence, make(options))
+  Layer.scoped(SessionPersistence, make(options))

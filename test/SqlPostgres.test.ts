@@ -8,10 +8,11 @@
 import { PgClient } from "@effect/sql-pg"
 import { SqlClient } from "@effect/sql/SqlClient"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Clock, Context, Effect, Exit, Layer, Redacted, Scope, Stream, TestClock } from "effect"
+import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Redacted, Scope, Stream, TestClock } from "effect"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { allSuspended, eventually, recordingTracer } from "./fixtures/groupCommit.js"
 import { withLogs } from "./fixtures/logs.js"
 
 const url = process.env["EFFECT_AGENT_PG_URL"]
@@ -209,6 +210,62 @@ if (url === undefined) {
           assert.strictEqual(outcomes[0]._tag, "Left")
           assert.strictEqual(outcomes[1]._tag, "Right")
           assert.deepStrictEqual((yield* second.read(id)).events, notes(0, 4))
+        })))
+
+    it.effect("SES-02 PERS-02 SES-02b batches waiting behind a commit share the next one; failures stay with their batch", () =>
+      withDatabase((process, sql) =>
+        Effect.gen(function*() {
+          const recording = yield* recordingTracer
+          yield* Effect.gen(function*() {
+            const persistence = yield* process("group")
+            const sessions = yield* Effect.forEach(
+              Array.from({ length: 6 }, (_, i) => sid(`group-${i}`)),
+              (id) => Effect.map(persistence.create(header(id)), (writer) => ({ id, writer }))
+            )
+            const [first, ...rest] = sessions
+            const stolen = rest[1]!
+            const broken = rest[3]!
+            // Another process took one lease; a trigger refuses the rows of another session.
+            yield* sql`UPDATE effect_agent_leases SET token = 'someone else' WHERE session_id = ${stolen.id}`
+            yield* sql.unsafe(`CREATE FUNCTION refuse_rows() RETURNS trigger AS $$
+              BEGIN RAISE EXCEPTION 'injected failure'; END $$ LANGUAGE plpgsql`)
+            yield* sql.unsafe(`CREATE TRIGGER refuse_rows BEFORE INSERT ON effect_agent_events FOR EACH ROW
+              WHEN (NEW.session_id = '${broken.id}') EXECUTE FUNCTION refuse_rows()`)
+            // Another connection locks the sessions table: the first commit waits at its last statement.
+            const locked = yield* Deferred.make<void>()
+            const gate = yield* Deferred.make<void>()
+            const holder = yield* Effect.fork(sql.withTransaction(
+              sql`LOCK TABLE effect_agent_sessions IN EXCLUSIVE MODE`.pipe(
+                Effect.zipRight(Deferred.succeed(locked, undefined)),
+                Effect.zipRight(Deferred.await(gate))
+              )
+            ))
+            yield* Deferred.await(locked)
+            const inFlight = yield* Effect.fork(first!.writer.append(notes(0, 2)))
+            yield* recording.awaitCommits(1)
+            const waiting = yield* Effect.forEach(rest, ({ writer }) => Effect.fork(Effect.either(writer.append(notes(0, 2)))))
+            yield* eventually(allSuspended(waiting))
+            yield* Deferred.succeed(gate, undefined)
+            yield* Fiber.join(holder)
+            yield* Fiber.join(inFlight)
+            const outcomes = yield* Effect.forEach(waiting, Fiber.join)
+            assert.deepStrictEqual(recording.commits(), [1, 5])
+            assert.deepStrictEqual(outcomes.map((outcome) => Either.isRight(outcome) ? "ok" : outcome.left._tag), [
+              "ok",
+              "SessionConflict",
+              "ok",
+              "PersistenceError",
+              "ok"
+            ])
+            for (const { id } of sessions) {
+              const expected = id === stolen.id || id === broken.id ? [] : notes(0, 2)
+              assert.deepStrictEqual((yield* persistence.read(id)).events, expected)
+            }
+            assert.strictEqual(yield* broken.writer.nextSeq, 0)
+            yield* sql.unsafe(`DROP TRIGGER refuse_rows ON effect_agent_events`)
+            yield* broken.writer.append(notes(0, 2))
+            assert.deepStrictEqual((yield* persistence.read(broken.id)).events, notes(0, 2))
+          }).pipe(Effect.withTracer(recording.tracer))
         })))
 
     it.effect("PERS-04 a big batch is one transaction and round-trips", () =>

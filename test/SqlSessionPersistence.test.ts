@@ -1,15 +1,17 @@
 import { SqlClient } from "@effect/sql/SqlClient"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Clock, Effect, Exit, Layer, Schema, Scope, Stream, TestClock } from "effect"
+import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Schema, Scope, Stream, TestClock } from "effect"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
 import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
+import * as SessionError from "../src/SessionError.js"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import * as Tool from "../src/Tool.js"
 import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { allSuspended, eventually, recordingTracer } from "./fixtures/groupCommit.js"
 import { withLogs } from "./fixtures/logs.js"
 
 /** A fresh in-memory SQLite database per build. */
@@ -22,11 +24,13 @@ conformance(
 
 const TTL = 30_000
 
-/** The persistence of one "process" (`instanceId`) over the database of the context. */
+/**
+ * The persistence of one "process" (`instanceId`) over the database of the context, alive until
+ * the Scope of the context closes (the layer's committer lives in it).
+ */
 const instance = (instanceId: string, options?: SqlSessionPersistence.Options) =>
-  Effect.provide(
-    SessionPersistence.SessionPersistence,
-    SqlSessionPersistence.layer({ leaseTtl: TTL, instanceId, ...options })
+  Layer.build(SqlSessionPersistence.layer({ leaseTtl: TTL, instanceId, ...options })).pipe(
+    Effect.map(Context.get(SessionPersistence.SessionPersistence))
   )
 
 /**
@@ -349,5 +353,150 @@ describe("SqlSessionPersistence on SQLite", () => {
       const listed = Chunk.toArray(yield* Stream.runCollect(persistence.list))
       assert.deepStrictEqual(listed.map((summary) => summary.id), ids)
       assert.isTrue(listed.every((summary) => summary.eventCount === 0))
+    })))
+})
+
+/**
+ * Holds SQLite's one connection in a transaction until `release`: every statement, the committer's
+ * included, waits behind it.
+ */
+const holdConnection = Effect.gen(function*() {
+  const sql = yield* SqlClient
+  const held = yield* Deferred.make<void>()
+  const gate = yield* Deferred.make<void>()
+  const holder = yield* Effect.fork(sql.withTransaction(Deferred.succeed(held, undefined).pipe(
+    Effect.zipRight(Deferred.await(gate))
+  )))
+  yield* Deferred.await(held)
+  return Deferred.succeed(gate, undefined).pipe(Effect.zipRight(Fiber.join(holder)))
+})
+
+/** Writers of fresh sessions `${prefix}-0` … of one persistence instance, living in the test's Scope. */
+const writersOf = (persistence: SessionPersistence.SessionPersistence["Type"], prefix: string, count: number) =>
+  Effect.forEach(Array.from({ length: count }, (_, i) => sid(`${prefix}-${i}`)), (id) =>
+    Effect.map(persistence.create(header(id)), (writer) => ({ id, writer })))
+
+describe("SqlSessionPersistence group commit across sessions on SQLite", () => {
+  it.effect("SES-02 batches of many sessions waiting behind a commit share one transaction", () =>
+    inSqlite(Effect.gen(function*() {
+      const recording = yield* recordingTracer
+      yield* Effect.gen(function*() {
+        const persistence = yield* instance("group")
+        const sessions = yield* writersOf(persistence, "group", 8)
+        const release = yield* holdConnection
+        const appends = yield* Effect.forEach(sessions, ({ writer }) => Effect.fork(writer.append(notes(0, 3))))
+        yield* eventually(allSuspended(appends))
+        yield* release
+        yield* Effect.forEach(appends, Fiber.join, { discard: true })
+        // Without group commit across sessions this is eight transactions, eight syncs.
+        assert.deepStrictEqual(recording.commits(), [8])
+        for (const { id, writer } of sessions) {
+          assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 3))
+          assert.strictEqual(yield* writer.nextSeq, 3)
+        }
+        // A batch that finds the committer idle is committed at once, alone.
+        yield* sessions[0]!.writer.append(notes(3, 1))
+        assert.deepStrictEqual(recording.commits(), [8, 1])
+      }).pipe(Effect.withTracer(recording.tracer))
+    })))
+
+  it.effect("SES-02 PERS-02 in a shared commit a batch that lost its lease or its seq fails alone", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const recording = yield* recordingTracer
+      yield* Effect.gen(function*() {
+        const persistence = yield* instance("fenced")
+        const [a, stolen, stale, d] = yield* writersOf(persistence, "fenced", 4)
+        yield* stale!.writer.append(notes(0, 1))
+        // Another process took the lease of `stolen`; a row of `stale` went in behind its writer's back.
+        yield* sql`UPDATE effect_agent_leases SET token = 'someone else' WHERE session_id = ${stolen!.id}`
+        yield* sql`INSERT INTO effect_agent_events ${
+          sql.insert({ session_id: stale!.id, seq: 1, event_time: 1, event_type: "test/note", record: "{}" })
+        }`
+        const earlier = recording.commits().length
+        const release = yield* holdConnection
+        const appends = yield* Effect.forEach([a!, stolen!, stale!, d!], ({ writer }) =>
+          Effect.fork(Effect.either(writer.append(notes(writer === stale!.writer ? 1 : 0, 2)))))
+        yield* eventually(allSuspended(appends))
+        yield* release
+        const [okA, lost, behind, okD] = yield* Effect.forEach(appends, Fiber.join)
+        assert.deepStrictEqual(recording.commits().slice(earlier), [4])
+        assert.isTrue(okA!._tag === "Right" && okD!._tag === "Right")
+        assert.deepStrictEqual(lost, Either.left(new SessionError.SessionConflict({ id: stolen!.id, expectedSeq: 0, actualSeq: 0 })))
+        assert.deepStrictEqual(behind, Either.left(new SessionError.SessionConflict({ id: stale!.id, expectedSeq: 1, actualSeq: 2 })))
+        assert.deepStrictEqual((yield* persistence.read(a!.id)).events, notes(0, 2))
+        assert.deepStrictEqual((yield* persistence.read(d!.id)).events, notes(0, 2))
+        assert.deepStrictEqual((yield* persistence.read(stolen!.id)).events, [])
+        const leases = yield* sql<{ readonly token: string }>`SELECT token FROM effect_agent_leases
+          WHERE session_id = ${stolen!.id}`
+        assert.deepStrictEqual(leases.map((row) => row.token), ["someone else"])
+      }).pipe(Effect.withTracer(recording.tracer))
+    })))
+
+  it.effect("SES-02b a statement failing on one session's rows in a shared commit fails that batch alone", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const recording = yield* recordingTracer
+      yield* Effect.gen(function*() {
+        const persistence = yield* instance("isolated")
+        const sessions = yield* writersOf(persistence, "isolated", 3)
+        const broken = sessions[1]!
+        yield* sql.unsafe(`CREATE TRIGGER refuse_isolated BEFORE INSERT ON effect_agent_events
+          WHEN NEW.session_id = '${broken.id}' BEGIN SELECT RAISE(ABORT, 'injected failure'); END`)
+        const release = yield* holdConnection
+        const appends = yield* Effect.forEach(sessions, ({ writer }) => Effect.fork(Effect.either(writer.append(notes(0, 2)))))
+        yield* eventually(allSuspended(appends))
+        yield* release
+        const outcomes = yield* Effect.forEach(appends, Fiber.join)
+        assert.deepStrictEqual(recording.commits(), [3])
+        assert.deepStrictEqual(outcomes.map((outcome) => Either.isRight(outcome)), [true, false, true])
+        const failed = outcomes[1]!
+        assert.isTrue(Either.isLeft(failed) && failed.left._tag === "PersistenceError")
+        if (Either.isLeft(failed)) assert.include(failed.left.message, "injected failure")
+        for (const { id } of [sessions[0]!, sessions[2]!]) {
+          assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 2))
+        }
+        assert.deepStrictEqual((yield* persistence.read(broken.id)).events, [])
+        assert.strictEqual(yield* broken.writer.nextSeq, 0)
+        // Nothing was committed for it, so the same batch goes in once the fault is gone.
+        yield* sql`DROP TRIGGER refuse_isolated`
+        yield* broken.writer.append(notes(0, 2))
+        assert.deepStrictEqual((yield* persistence.read(broken.id)).events, notes(0, 2))
+      }).pipe(Effect.withTracer(recording.tracer))
+    })))
+
+  it.effect("SES-02 closing the layer completes the commit in flight and refuses what waits; nothing hangs", () =>
+    inSqlite(Effect.gen(function*() {
+      const recording = yield* recordingTracer
+      yield* Effect.gen(function*() {
+        const layerScope = yield* Scope.make()
+        const persistence = yield* Layer.buildWithScope(
+          SqlSessionPersistence.layer({ leaseTtl: TTL, instanceId: "closing" }),
+          layerScope
+        ).pipe(Effect.map(Context.get(SessionPersistence.SessionPersistence)))
+        const [first, queued, late] = yield* writersOf(persistence, "closing", 3)
+        const release = yield* holdConnection
+        const inFlight = yield* Effect.fork(first!.writer.append(notes(0, 1)))
+        // The committer took it and waits for the connection.
+        yield* recording.awaitCommits(1)
+        const waiting = yield* Effect.fork(Effect.either(queued!.writer.append(notes(0, 1))))
+        yield* eventually(allSuspended([waiting]))
+        const closing = yield* Effect.fork(Scope.close(layerScope, Exit.void))
+        yield* eventually(allSuspended([closing]))
+        // Refused at once, while the commit in flight still waits.
+        const refused = yield* Effect.flip(late!.writer.append(notes(0, 1)))
+        assert.strictEqual(refused._tag, "PersistenceError")
+        assert.include(refused.message, "closed")
+        yield* release
+        yield* Fiber.join(closing)
+        yield* Fiber.join(inFlight)
+        const queuedOutcome = yield* Fiber.join(waiting)
+        assert.isTrue(Either.isLeft(queuedOutcome) && queuedOutcome.left._tag === "PersistenceError")
+        assert.deepStrictEqual(recording.commits(), [1])
+        const reader = yield* instance("reader")
+        assert.deepStrictEqual((yield* reader.read(first!.id)).events, notes(0, 1))
+        assert.deepStrictEqual((yield* reader.read(queued!.id)).events, [])
+        assert.deepStrictEqual((yield* reader.read(late!.id)).events, [])
+      }).pipe(Effect.withTracer(recording.tracer))
     })))
 })
