@@ -85,31 +85,39 @@ export const make = (options: {
     const queue = yield* Queue.unbounded<Pending>()
     let isClosed = false
 
+    const storedLengths = (ids: ReadonlyArray<SessionId>) =>
+      Effect.map(
+        sql<{ readonly session_id: string; readonly next_seq: number | string }>`
+          SELECT s.session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
+            WHERE e.session_id = s.session_id) AS next_seq
+          FROM effect_agent_sessions s WHERE ${sql.in("s.session_id", ids)}`,
+        (rows) => new Map(rows.map((row) => [row.session_id, Number(row.next_seq)]))
+      )
+
     /** Writes `batch` in the current transaction; one outcome per batch, in order. */
     const write = (batch: ReadonlyArray<Pending>): Effect.Effect<Array<Outcome>, SqlError> =>
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
-        const ours = yield* sql<{ readonly session_id: string }>`UPDATE effect_agent_leases
-          SET expires_at = ${now + ttlMillis}
+        // Renews the leases still holding our tokens and reads those sessions' stored lengths, one
+        // index seek each (a GROUP BY over the events would read every row of each session).
+        const ours = yield* sql<{ readonly session_id: string; readonly next_seq: number | string }>`
+          UPDATE effect_agent_leases SET expires_at = ${now + ttlMillis}
           WHERE ${sql.or(batch.map(({ held }) => sql`(session_id = ${held.id} AND token = ${held.token})`))}
-          RETURNING session_id`
-        // One index seek per session (a GROUP BY over the events would read every row of each).
-        const lengths = yield* sql<{ readonly session_id: string; readonly next_seq: number | string }>`
-          SELECT s.session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
-            WHERE e.session_id = s.session_id) AS next_seq
-          FROM effect_agent_sessions s WHERE ${sql.in("s.session_id", batch.map(({ held }) => held.id))}`
-        const held = new Set<string>()
-        for (const row of ours) held.add(row.session_id)
+          RETURNING session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
+            WHERE e.session_id = effect_agent_leases.session_id) AS next_seq`
         const stored = new Map<string, number>()
-        for (const row of lengths) stored.set(row.session_id, Number(row.next_seq))
+        for (const row of ours) stored.set(row.session_id, Number(row.next_seq))
+        // Only a writer that lost its lease gets here (rare): its error states the stored length too.
+        const lost = batch.filter(({ held }) => !stored.has(held.id)).map(({ held }) => held.id)
+        const lengths = lost.length === 0 ? new Map<string, number>() : yield* storedLengths(lost)
 
         const outcomes: Array<Outcome> = []
         const written: Array<SessionId> = []
         const rows: Array<Record<string, unknown>> = []
         for (const { events, held: { id } } of batch) {
-          const length = stored.get(id) ?? 0
-          if (!held.has(id) || events[0].seq !== length) {
-            outcomes.push(Exit.fail(conflict(id, events[0].seq, length)))
+          const length = stored.get(id)
+          if (length === undefined || events[0].seq !== length) {
+            outcomes.push(Exit.fail(conflict(id, events[0].seq, length ?? lengths.get(id) ?? 0)))
             continue
           }
           for (const event of events) {
