@@ -1,14 +1,22 @@
 /**
- * B6: durable appends per second with `fsync` durability (file persistence, temp directory): one
- * session appending sequentially, 64 sessions appending concurrently, and one session with 64
- * concurrent appenders (group commit: one write and one sync per batch). The raw reference is
- * `fs.write` + `fs.fdatasync` of the same line, one file sequentially and 64 files concurrently;
- * raw 64 files / raw 1 file is what the disk at hand gives a design with one file per session.
+ * B6: durable appends per second with `fsync` durability: one session appending sequentially, 64
+ * sessions appending concurrently, and one session with 64 concurrent appenders (group commit: one
+ * write and one sync per batch).
+ *
+ * File persistence (one file per session): the raw reference is `fs.write` + `fs.fdatasync` of the
+ * same line, one file sequentially and 64 files concurrently; raw 64 files / raw 1 file is what the
+ * disk at hand gives a design with one file per session.
+ *
+ * SQL persistence on SQLite (`synchronous = FULL`, one database): the layer commits the batches of
+ * every session waiting at once in one transaction. The raw reference is better-sqlite3 alone
+ * inserting the same record, one row per transaction and 64 rows per transaction.
  */
-import { Effect, Either } from "effect"
+import { SqliteClient } from "@effect/sql-sqlite-node"
+import Sqlite from "better-sqlite3"
+import { Effect, Either, Layer } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { FileSessionPersistence, Session, SessionPersistence } from "../src/index.js"
+import { FileSessionPersistence, Session, SessionPersistence, SqlSessionPersistence } from "../src/index.js"
 import { tempDirectory } from "./fixtures.js"
 import type { Row, Scenario } from "./harness.js"
 import { fmt, now, ratios, settle, stat } from "./harness.js"
@@ -19,7 +27,7 @@ const line = {
 }
 
 /** `sessions` sessions each appending `perSession` events with `appenders` concurrent appenders each. */
-const ours = (directory: string, round: string, sessions: number, appenders: number, perAppender: number) =>
+const appendAll = (round: string, sessions: number, appenders: number, perAppender: number) =>
   Effect.scoped(Effect.gen(function*() {
     const persistence = yield* SessionPersistence.SessionPersistence
     const live = yield* Effect.forEach(Array.from({ length: sessions }, (_, i) => i), (i) =>
@@ -37,10 +45,44 @@ const ours = (directory: string, round: string, sessions: number, appenders: num
         }), { concurrency: "unbounded", discard: true }), { concurrency: "unbounded", discard: true })
     const elapsed = now() - start
     return (sessions * appenders * perAppender) / (elapsed / 1000)
-  })).pipe(
+  }))
+
+const ours = (directory: string, round: string, sessions: number, appenders: number, perAppender: number) =>
+  appendAll(round, sessions, appenders, perAppender).pipe(
     Effect.provide(FileSessionPersistence.layerNode({ directory, durability: "fsync" })),
     Effect.orDie
   )
+
+/** The same on the SQL persistence of one SQLite database (the layer stays up across rounds). */
+const sqliteLayer = (file: string): Layer.Layer<SessionPersistence.SessionPersistence> =>
+  SqlSessionPersistence.layer({ durability: "fsync" }).pipe(
+    Layer.provide(SqliteClient.layer({ filename: file })),
+    Layer.orDie
+  )
+
+/** better-sqlite3 alone: `rows` rows per transaction, `synchronous = FULL`, WAL (as the client sets). */
+const rawSqlite = (file: string, round: string, transactions: number, rows: number): number => {
+  const db = new Sqlite(file)
+  try {
+    db.pragma("journal_mode = WAL")
+    db.pragma("synchronous = FULL")
+    db.exec(`CREATE TABLE IF NOT EXISTS raw_events (session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+      record TEXT NOT NULL, PRIMARY KEY (session_id, seq))`)
+    const record = JSON.stringify({ seq: 0, time: 1_700_000_000_000, ...line })
+    const insert = db.prepare("INSERT INTO raw_events VALUES (?, ?, ?)")
+    const begin = db.prepare("BEGIN")
+    const commit = db.prepare("COMMIT")
+    const start = now()
+    for (let t = 0; t < transactions; t++) {
+      begin.run()
+      for (let r = 0; r < rows; r++) insert.run(`${round}-${r}`, t, record)
+      commit.run()
+    }
+    return (transactions * rows) / ((now() - start) / 1000)
+  } finally {
+    db.close()
+  }
+}
 
 const write = (fd: number, text: string) =>
   new Promise<void>((resolve, reject) =>
@@ -71,6 +113,18 @@ export const scenario: Scenario = {
       const perSession = 100
       yield* ours(directory, "warm", 4, 1, 200)
       yield* Effect.promise(() => raw(directory, "warm", 4, 200))
+      const sqlite = yield* Layer.build(sqliteLayer(path.join(directory, "sessions.db")))
+      const onSqlite = (round: string, sessions: number, perSession: number) =>
+        appendAll(round, sessions, 1, perSession).pipe(Effect.provide(sqlite), Effect.orDie)
+      const rawFile = path.join(directory, "raw.db")
+      const sqlSingle = 600
+      const sqlPerSession = 50
+      yield* onSqlite("warm", 8, 50)
+      rawSqlite(rawFile, "warm", 50, 8)
+      const sqlOne: Array<number> = []
+      const sqlMany: Array<number> = []
+      const rawSqlOne: Array<number> = []
+      const rawSqlMany: Array<number> = []
       const one: Array<number> = []
       const many: Array<number> = []
       const grouped: Array<number> = []
@@ -83,14 +137,21 @@ export const scenario: Scenario = {
         many.push(yield* ours(directory, `many-${r}`, 64, 1, perSession))
         rawMany.push(yield* Effect.promise(() => raw(directory, `many-${r}`, 64, perSession)))
         grouped.push(yield* ours(directory, `group-${r}`, 1, 64, perSession))
+        sqlOne.push(yield* onSqlite(`one-${r}`, 1, sqlSingle))
+        rawSqlOne.push(rawSqlite(rawFile, `one-${r}`, sqlSingle, 1))
+        sqlMany.push(yield* onSqlite(`many-${r}`, 64, sqlPerSession))
+        rawSqlMany.push(rawSqlite(rawFile, `many-${r}`, sqlPerSession, 64))
         log(
-          `B6 round ${r}: 1 session ${fmt(one[r]!)}/s (raw ${fmt(rawOne[r]!)}), 64 sessions ${fmt(many[r]!)}/s ` +
-            `(raw ${fmt(rawMany[r]!)}), 1 session × 64 appenders ${fmt(grouped[r]!)}/s`
+          `B6 round ${r}: files: 1 session ${fmt(one[r]!)}/s (raw ${fmt(rawOne[r]!)}), 64 sessions ${fmt(many[r]!)}/s ` +
+            `(raw ${fmt(rawMany[r]!)}), 1 session × 64 appenders ${fmt(grouped[r]!)}/s; SQLite: 1 session ` +
+            `${fmt(sqlOne[r]!)}/s (raw ${fmt(rawSqlOne[r]!)}), 64 sessions ${fmt(sqlMany[r]!)}/s (raw ${fmt(rawSqlMany[r]!)})`
         )
       }
       const cost = (rates: ReadonlyArray<number>) => rates.map((r) => 1 / r)
       const speedup = stat(many.map((m, i) => m / one[i]!))
       const rawSpeedup = stat(rawMany.map((m, i) => m / rawOne[i]!))
+      const sqlSpeedup = stat(sqlMany.map((m, i) => m / sqlOne[i]!))
+      const rawSqlSpeedup = stat(rawSqlMany.map((m, i) => m / rawSqlOne[i]!))
       const rows: Array<Row> = [
         {
           id: "B6",
@@ -122,6 +183,26 @@ export const scenario: Scenario = {
           raw: { label: "write+fdatasync, 1 file", value: stat(rawOne) },
           costRatio: ratios(cost(grouped), cost(rawOne)),
           notes: `vs 1 appender: ${fmt(stat(grouped.map((g, i) => g / one[i]!)).median)}×`
+        },
+        {
+          id: "B6",
+          scenario: "durable appends, SQLite synchronous=FULL, 1 session, sequential",
+          ours: stat(sqlOne),
+          unit: "events/s",
+          raw: { label: "better-sqlite3, 1 row per transaction", value: stat(rawSqlOne) },
+          costRatio: ratios(cost(sqlOne), cost(rawSqlOne))
+        },
+        {
+          id: "B6",
+          scenario: "durable appends, SQLite synchronous=FULL, 64 sessions, concurrent (group commit across sessions)",
+          ours: stat(sqlMany),
+          unit: "events/s",
+          raw: { label: "better-sqlite3, 64 rows per transaction", value: stat(rawSqlMany) },
+          costRatio: ratios(cost(sqlMany), cost(rawSqlMany)),
+          notes: `64 sessions / 1 session: ${fmt(sqlSpeedup.median)}× ` +
+            `(raw 64 rows per transaction / 1 row per transaction: ${fmt(rawSqlSpeedup.median)}×)`,
+          peer: "target: 64 sessions ≥20× one session",
+          extra: { speedup: sqlSpeedup.median, rawSpeedup: rawSqlSpeedup.median }
         }
       ]
       return rows

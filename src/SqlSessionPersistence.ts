@@ -324,8 +324,13 @@ const make = (options: Options | undefined) =>
  *   fails `SessionLocked` at once while the lease is valid. A lease that expired (its process died
  *   or stalled for a ttl) is taken over with a new token and a warning, and the writer that lost
  *   it fails `SessionConflict` on its next append, writing nothing.
- * - PERS-02/04: a batch is one transaction that checks the token and the expected seq; it is
- *   acknowledged once committed (see {@link Durability}).
+ * - PERS-02/04: a batch checks the token and the expected seq and is acknowledged once committed
+ *   (see {@link Durability}). SES-02: the batches of every session waiting while a commit is in
+ *   flight share the next transaction (group commit across sessions, one sync for all); a batch
+ *   that fails its checks (`SessionConflict`) or a statement on its own rows (`PersistenceError`)
+ *   fails alone, the others commit.
+ * - The layer is scoped: its committer fiber lives in the layer's Scope. Closing it lets the commit
+ *   in flight finish and fails appends still waiting (and later ones) with `PersistenceError`.
  * - PERS-03: rows are written in transactions, so nothing is torn: any invalid row fails
  *   `SessionCorrupt` (its `line` is 1 for the header, seq + 2 for an event) and nothing is changed.
  *
