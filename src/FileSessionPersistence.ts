@@ -152,11 +152,12 @@ const make = (options: Options) =>
       })
 
     /**
-     * The writer of one session. An append that finds no write in flight writes and syncs in the
-     * calling fiber, holding `permit`; appends made while it does join `pending` and go out
-     * together as its next write, with one sync (SES-02 group commit, PERS-04). The Session's
-     * writer fiber already batches everything queued behind its write into one `append`, so on
-     * that path `pending` stays empty and an append costs no hand-off between fibers.
+     * The writer of one session. An append that finds no write in flight marks one (`isWriting`,
+     * checked and set in one synchronous step) and writes and syncs in the calling fiber; appends
+     * made while it does join `pending` and go out together as its next write, with one sync
+     * (SES-02 group commit, PERS-04). The Session's writer fiber already batches everything queued
+     * behind its write into one `append`, so on that path `pending` stays empty and an append costs
+     * no hand-off between fibers and no lock.
      */
     const makeWriter = Effect.fnUntraced(function*(
       id: SessionId,
@@ -173,8 +174,10 @@ const make = (options: Options) =>
         isWriting: false
       }
       let pending: Array<PendingAppend> = []
-      // Held by each write (and the batches it drains), by discard and by the finalizer, so
-      // neither races a write.
+      /** Resumed when the write in flight (and what it drained) is done. */
+      let idle: Array<() => void> = []
+      // Held by discard and by the finalizer, so they do not race each other; each of them sets
+      // `isClosed` (no write starts after that) and then waits for the write in flight.
       const permit = yield* Effect.makeSemaphore(1)
       const pathOfData = dataPath(id)
       // `writeAll` writes at the handle's position. Only this writer moves it, and every write
@@ -246,6 +249,9 @@ const make = (options: Options) =>
       const drain: Effect.Effect<void> = Effect.suspend(() => {
         if (pending.length === 0) {
           state.isWriting = false
+          const waiting = idle
+          idle = []
+          for (const resume of waiting) resume()
           return Effect.void
         }
         const batch = pending
@@ -253,10 +259,19 @@ const make = (options: Options) =>
         return Effect.zipRight(commitPending(batch), drain)
       })
 
-      /** Runs holding the permit, uninterruptibly: a write is either acknowledged or undone. */
+      /** Once no write is in flight. */
+      const whenIdle: Effect.Effect<void> = Effect.async<void>((resume) => {
+        if (!state.isWriting) return resume(Effect.void)
+        const waiter = () => resume(Effect.void)
+        idle.push(waiter)
+        return Effect.sync(() => {
+          idle = idle.filter((other) => other !== waiter)
+        })
+      })
+
+      /** Runs with `isWriting` set, uninterruptibly: a write is either acknowledged or undone. */
       const write = (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
         Effect.suspend((): Effect.Effect<void, WriteError> => {
-          state.isWriting = true
           const refused = refusal(events, state.nextSeq)
           const written = refused === undefined
             ? commit(eventLines(events), state.nextSeq + events.length)
@@ -269,12 +284,14 @@ const make = (options: Options) =>
       yield* finalizer.addFinalizer(
         Effect.suspend(() => {
           state.isClosed = true
-          return permit.withPermits(1)(Effect.void)
+          return permit.withPermits(1)(whenIdle)
         })
       )
 
+      // Uninterruptible from the check on: an append is written (alone or with the write in
+      // flight) and then acknowledged or undone, never left unknown to its caller.
       const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
-        Effect.withFiberRuntime((fiber) => {
+        Effect.uninterruptible(Effect.withFiberRuntime((fiber) => {
           if (state.failed !== undefined) return Effect.fail(state.failed)
           if (state.isClosed) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
           if (state.isWriting) {
@@ -283,15 +300,16 @@ const make = (options: Options) =>
             pending.push({ events, done })
             return Deferred.await(done)
           }
-          // Waiting for the permit stays interruptible; the write itself is not.
-          return permit.withPermits(1)(Effect.uninterruptible(write(events)))
-        })
+          state.isWriting = true
+          return write(events)
+        }))
 
       const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
         ? permit.withPermits(1)(Effect.suspend(() => {
           if (state.isClosed) return Effect.void
           state.isClosed = true
-          return fs.remove(pathOfData).pipe(
+          return whenIdle.pipe(
+            Effect.zipRight(fs.remove(pathOfData)),
             Effect.catchIf(fileLock.isNotFound, () => Effect.void),
             Effect.mapError(fileLock.persistenceError(`discarding ${pathOfData}`)),
             Effect.zipRight(fileLock.release(lockContext, id, owner))

@@ -61,4 +61,54 @@ describe("FileSessionPersistence writer", () => {
         const { stored } = yield* persistence.openWrite(id)
         assert.deepStrictEqual(stored.events, notes(0, 1))
       }).pipe(Effect.scoped)))
+
+  it.effect("SES-02 an append that joined the write in flight goes out with the next write even if its caller is interrupted", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const plan = newFilePlan()
+        const persistence = yield* withFilePlan(directory, plan)
+        const id = sid("joined")
+        const writer = yield* persistence.create(header(id))
+        const syncsBefore = plan.syncs
+        const gate = yield* newGate
+        plan.gate = gate
+        const inFlight = yield* Effect.fork(writer.append(notes(0, 1)))
+        yield* Deferred.await(gate.entered)
+        const joined = yield* Effect.fork(writer.append(notes(1, 2)))
+        yield* settle
+        yield* Fiber.interruptFork(joined)
+        yield* settle
+        yield* Deferred.succeed(gate.open, undefined)
+        yield* Fiber.join(inFlight)
+        yield* Fiber.await(joined)
+        // A joined append cannot be taken back: it was written and acknowledged, one sync later.
+        assert.strictEqual(plan.syncs - syncsBefore, 2)
+        assert.strictEqual(yield* writer.nextSeq, 3)
+        assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 3))
+      }).pipe(Effect.scoped)))
+
+  it.effect("PERS-01 discard during a write waits for it, then removes the session and refuses appends", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const plan = newFilePlan()
+        const persistence = yield* withFilePlan(directory, plan)
+        const id = sid("discarded")
+        const writer = yield* persistence.create(header(id))
+        const gate = yield* newGate
+        plan.gate = gate
+        const inFlight = yield* Effect.fork(writer.append(notes(0, 1)))
+        yield* Deferred.await(gate.entered)
+        const discarding = yield* Effect.fork(writer.discard)
+        yield* settle
+        assert.isTrue(Option.isNone(yield* Fiber.poll(discarding)), "discard waits for the write in flight")
+        const refused = yield* Effect.flip(writer.append(notes(1, 1)))
+        assert.strictEqual(refused._tag, "SessionConflict")
+
+        yield* Deferred.succeed(gate.open, undefined)
+        yield* Fiber.join(inFlight)
+        yield* Fiber.join(discarding)
+        assert.isFalse(yield* persistence.exists(id))
+        // The id is free again.
+        yield* persistence.create(header(id))
+      }).pipe(Effect.scoped)))
 })
