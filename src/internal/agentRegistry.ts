@@ -4,7 +4,8 @@
  *
  * @internal
  */
-import { Deferred, Effect, FiberRef, Option, Ref, Scope } from "effect"
+import { Context, Deferred, Effect, Either, FiberRef, Option, Ref, RuntimeFlags, Scope } from "effect"
+import type { Fiber } from "effect"
 import type { Stream } from "effect"
 import { globalValue } from "effect/GlobalValue"
 import type { Agent, AgentHandle, CreateOptions, ResumeOptions } from "../Agent.js"
@@ -59,11 +60,11 @@ interface RegionGate {
   readonly drain: { readonly depth: number; readonly done: Deferred.Deferred<void> } | undefined
 }
 
-const initiatorOf = Effect.map(
-  FiberRef.get(currentInitiatorRef),
-  (initiator): { readonly initiator?: SessionId } =>
-    Option.isSome(initiator) ? { initiator: initiator.value.id } : {}
-)
+/** The initiator of the fiber chain, as the optional field of an event. */
+const initiatorIn = (fiber: Fiber.RuntimeFiber<unknown, unknown>): { readonly initiator?: SessionId } => {
+  const initiator = fiber.getFiberRef(currentInitiatorRef)
+  return Option.isSome(initiator) ? { initiator: initiator.value.id } : {}
+}
 
 /** @internal */
 export interface Options {
@@ -86,14 +87,18 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
     const feed = yield* Feed.make<AgentEvent>()
     const registry = yield* lifecycle.make<Agent, Option.Option<ParentLink>>({
       announced: (entry) =>
-        Effect.flatMap(initiatorOf, (initiator) =>
-          feed.publish(AgentEvent.AgentCreated({ agent: entry.value.id, ...initiator }))),
+        Effect.withFiberRuntime((fiber) =>
+          feed.publish(AgentEvent.AgentCreated({ agent: entry.value.id, ...initiatorIn(fiber) }))
+        ),
       disposed: (entry) =>
-        Effect.flatMap(initiatorOf, (initiator) =>
-          feed.publish(AgentEvent.AgentDisposed({ agent: entry.value.id, ...initiator })))
+        Effect.withFiberRuntime((fiber) =>
+          feed.publish(AgentEvent.AgentDisposed({ agent: entry.value.id, ...initiatorIn(fiber) }))
+        )
     })
-    const sessionStartHooks = yield* Ref.make<ReadonlyArray<SessionStartHook>>([])
-    const slot = yield* Ref.make(Option.none<Installation>())
+    // Plain cells, each read or replaced in one synchronous step (atomic, as a Ref's would be),
+    // so that a creation reads them without an operation of its own (B1).
+    let sessionStartHooks: ReadonlyArray<SessionStartHook> = []
+    let slot = Option.none<Installation>()
     const gate = yield* Ref.make<RegionGate>({ closed: false, active: 0, drain: undefined })
     // This registry's region nesting depth of the current fiber (inherited by forked children).
     const depthRef = FiberRef.unsafeMake(0)
@@ -103,28 +108,36 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
 
     const toEntry = (entry: AgentLifecycleEntry): AgentEntry => ({ agent: entry.value, entry })
 
-    const enter = Effect.fnUntraced(function*(agent: Agent, parent: Option.Option<Agent>) {
-      if (agent.id !== agent.session.id) {
-        return yield* Effect.dieMessage(
-          `bug: agent id ${JSON.stringify(agent.id)} does not match session id ${JSON.stringify(agent.session.id)}`
-        )
-      }
-      let link = Option.none<ParentLink>()
-      if (Option.isSome(parent)) {
-        const live = yield* registry.get(parent.value.id)
-        link = Option.some({
-          agent: parent.value,
-          entry: Option.filter(live, (entry) => entry.value === parent.value)
-        })
-      }
-      const entry = yield* registry.enter(agent.id, agent, link).pipe(
-        Effect.mapError(() => new AgentError.AgentAlreadyExists({ id: agent.id, where: "live" }))
-      )
-      return toEntry(entry)
-    })
+    const enter = (
+      agent: Agent,
+      parent: Option.Option<Agent>
+    ): Effect.Effect<AgentEntry, AgentError.AgentAlreadyExists> =>
+      Effect.suspend(() => {
+        if (agent.id !== agent.session.id) {
+          return Effect.dieMessage(
+            `bug: agent id ${JSON.stringify(agent.id)} does not match session id ${JSON.stringify(agent.session.id)}`
+          )
+        }
+        let link = Option.none<ParentLink>()
+        if (Option.isSome(parent)) {
+          const live = registry.unsafeGet(parent.value.id)
+          link = Option.some({
+            agent: parent.value,
+            entry: live !== undefined && live.value === parent.value ? Option.some(live) : Option.none()
+          })
+        }
+        const entered = registry.unsafeEnter(agent.id, agent, link)
+        return Either.isRight(entered)
+          ? Effect.succeed(toEntry(entered.right))
+          : Effect.fail(new AgentError.AgentAlreadyExists({ id: agent.id, where: "live" }))
+      })
 
-    const runSessionStartHooks = Effect.fnUntraced(function*(agent: Agent, source: Source) {
-      for (const hook of yield* Ref.get(sessionStartHooks)) {
+    const runSessionStartHooks = Effect.fnUntraced(function*(
+      agent: Agent,
+      source: Source,
+      hooks: ReadonlyArray<SessionStartHook>
+    ) {
+      for (const hook of hooks) {
         yield* hook.run(agent, source).pipe(
           Effect.catchAllCause((cause) =>
             Effect.logWarning(
@@ -136,18 +149,34 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       }
     })
 
-    const announce = (entry: AgentEntry, source: Source): Effect.Effect<void, AgentError.AgentCreationVetoed> =>
-      Effect.gen(function*() {
-        yield* registry.announce(entry.entry).pipe(
-          Effect.mapError((cause) => new AgentError.AgentCreationVetoed({ id: entry.agent.id, cause }))
-        )
+    /** After `AgentCreated` and the onCreated hooks: `AgentSessionStart` and its hooks. */
+    const startSession = (entry: AgentEntry, source: Source) =>
+      Effect.withFiberRuntime<void>((fiber) => {
         // A detach requested during the onCreated hooks already removed the entry (with its
         // AgentDisposed): the session start never follows a disposal.
-        if (!(yield* registry.isLive(entry.entry))) return
-        const initiator = yield* initiatorOf
-        yield* feed.publish(AgentEvent.AgentSessionStart({ agent: entry.agent.id, source, ...initiator }))
-        yield* runSessionStartHooks(entry.agent, source)
-      }).pipe(Effect.uninterruptible)
+        if (!registry.unsafeIsLive(entry.entry)) return Effect.void
+        const started = feed.publish(
+          AgentEvent.AgentSessionStart({ agent: entry.agent.id, source, ...initiatorIn(fiber) })
+        )
+        const hooks = sessionStartHooks
+        return hooks.length === 0 ? started : Effect.zipRight(started, runSessionStartHooks(entry.agent, source, hooks))
+      })
+
+    const announceNow = (entry: AgentEntry, source: Source): Effect.Effect<void, AgentError.AgentCreationVetoed> =>
+      Effect.zipRight(
+        registry.announce(entry.entry).pipe(
+          Effect.mapError((cause) => new AgentError.AgentCreationVetoed({ id: entry.agent.id, cause }))
+        ),
+        startSession(entry, source)
+      )
+
+    // uninterruptible: a caller that already is (the factory's publication) pays no mask (B1)
+    const announce = (entry: AgentEntry, source: Source): Effect.Effect<void, AgentError.AgentCreationVetoed> =>
+      Effect.withFiberRuntime((_, status) =>
+        RuntimeFlags.interruption(status.runtimeFlags)
+          ? Effect.uninterruptible(Effect.suspend(() => announceNow(entry, source)))
+          : announceNow(entry, source)
+      )
 
     const detach = (entry: AgentEntry): Effect.Effect<void> => registry.detach(entry.entry)
 
@@ -166,8 +195,12 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       return Option.isSome(link.entry) ? current === link.entry.value : current.value === link.agent
     }
 
-    const lookup = (id: SessionId | string): Effect.Effect<Option.Option<Agent>> =>
-      Effect.map(registry.get(id), (live) => Option.map(live, (entry) => entry.value))
+    const lookupNow = (id: SessionId | string): Option.Option<Agent> => {
+      const live = registry.unsafeGet(id)
+      return live === undefined ? Option.none() : Option.some(live.value)
+    }
+
+    const lookup = (id: SessionId | string): Effect.Effect<Option.Option<Agent>> => Effect.sync(() => lookupNow(id))
 
     const get = Effect.fn("AgentRegistry.get")(function*(id: SessionId | string) {
       return yield* lookup(id)
@@ -211,37 +244,42 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
     const setFactory = Effect.fn("AgentRegistry.setFactory")(function*(factory: AgentFactory) {
       const installation: Installation = { factory }
       yield* Effect.acquireRelease(
-        Ref.modify(slot, (current): [Effect.Effect<void, AgentError.FactoryAlreadySet>, Option.Option<Installation>] =>
-          Option.isSome(current)
-            ? [Effect.fail(new AgentError.FactoryAlreadySet()), current]
-            : [Effect.void, Option.some(installation)]
-        ).pipe(Effect.flatten),
+        Effect.suspend(() => {
+          if (Option.isSome(slot)) return Effect.fail(new AgentError.FactoryAlreadySet())
+          slot = Option.some(installation)
+          return Effect.void
+        }),
         () =>
-          Ref.update(slot, (current) =>
-            Option.isSome(current) && current.value === installation ? Option.none() : current
-          )
+          Effect.sync(() => {
+            if (Option.isSome(slot) && slot.value === installation) slot = Option.none()
+          })
       )
     })
 
-    const installedFactory = Effect.flatMap(
-      Ref.get(slot),
-      Option.match({
-        onNone: () => Effect.fail(new AgentError.NoAgentFactory()),
-        onSome: (installation) => Effect.succeed(installation.factory)
-      })
+    /**
+     * Runs `f` with the installed factory and the caller's Scope (the owner), both read in one
+     * operation (B1).
+     */
+    const withFactory = <A, E, R>(
+      f: (factory: AgentFactory, owner: Scope.Scope) => Effect.Effect<A, E, R>
+    ): Effect.Effect<A, E | AgentError.NoAgentFactory, R | Scope.Scope> =>
+      Effect.withFiberRuntime((fiber) =>
+        Option.isNone(slot)
+          ? Effect.fail(new AgentError.NoAgentFactory())
+          : f(slot.value.factory, Context.unsafeGet(fiber.currentContext, Scope.Scope))
+      )
+
+    const installedFactory = Effect.suspend(() =>
+      Option.isNone(slot) ? Effect.fail(new AgentError.NoAgentFactory()) : Effect.succeed(slot.value.factory)
     )
 
-    const create = Effect.fn("AgentRegistry.create")(function*<E, R>(options: CreateOptions<E, R>) {
-      const factory = yield* installedFactory
-      const owner = yield* Effect.scope
-      return yield* factory.create(options, owner, publisher)
-    })
+    const create = Effect.fn("AgentRegistry.create")(<E, R>(options: CreateOptions<E, R>) =>
+      withFactory((factory, owner) => factory.create(options, owner, publisher))
+    )
 
-    const resume = Effect.fn("AgentRegistry.resume")(function*<E, R>(options: ResumeOptions<E, R>) {
-      const factory = yield* installedFactory
-      const owner = yield* Effect.scope
-      return yield* factory.resume(options, owner, publisher)
-    })
+    const resume = Effect.fn("AgentRegistry.resume")(<E, R>(options: ResumeOptions<E, R>) =>
+      withFactory((factory, owner) => factory.resume(options, owner, publisher))
+    )
 
     const resumeOrCreate = Effect.fn("AgentRegistry.resumeOrCreate")(function*<E, R>(options: CreateOptions<E, R>) {
       const factory = yield* installedFactory
@@ -286,10 +324,15 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       run: (agent: Agent, source: Source) => Effect.Effect<void, unknown>
     ) {
       yield* Effect.acquireRelease(
-        Effect.sync((): SessionStartHook => ({ run })).pipe(
-          Effect.tap((hook) => Ref.update(sessionStartHooks, (hooks) => [...hooks, hook]))
-        ),
-        (hook) => Ref.update(sessionStartHooks, (hooks) => hooks.filter((h) => h !== hook))
+        Effect.sync((): SessionStartHook => {
+          const hook: SessionStartHook = { run }
+          sessionStartHooks = [...sessionStartHooks, hook]
+          return hook
+        }),
+        (hook) =>
+          Effect.sync(() => {
+            sessionStartHooks = sessionStartHooks.filter((h) => h !== hook)
+          })
       )
     })
 
@@ -376,14 +419,14 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       withInitiator,
       withoutInitiator
     }
-    untracedLookups.set(service, lookup)
+    untracedLookups.set(service, lookupNow)
     return { registry: service, publisher }
   })
 
 /** The registries built here, with their untraced `get` (a span per creation costs B1 dearly). */
 const untracedLookups = new WeakMap<
   AgentRegistry["Type"],
-  (id: SessionId | string) => Effect.Effect<Option.Option<Agent>>
+  (id: SessionId | string) => Option.Option<Agent>
 >()
 
 /**
@@ -394,8 +437,19 @@ const untracedLookups = new WeakMap<
  */
 export const lookup = (registry: AgentRegistry["Type"], id: SessionId | string): Effect.Effect<Option.Option<Agent>> => {
   const untraced = untracedLookups.get(registry)
-  return untraced === undefined ? registry.get(id) : untraced(id)
+  return untraced === undefined ? registry.get(id) : Effect.sync(() => untraced(id))
 }
+
+/**
+ * `lookup` as a synchronous read for a registry built here (`undefined` for one built elsewhere,
+ * which only `lookup` can ask).
+ *
+ * @internal
+ */
+export const unsafeLookup = (
+  registry: AgentRegistry["Type"],
+  id: SessionId | string
+): Option.Option<Agent> | undefined => untracedLookups.get(registry)?.(id)
 
 /** @internal */
 export const make = (options?: Options): Effect.Effect<AgentRegistry["Type"], never, Scope.Scope> =>

@@ -178,851 +178,869 @@ const isInvalidEventData = (error: unknown): error is SessionError.InvalidEventD
   typeof error === "object" && error !== null && "_tag" in error && error._tag === "InvalidEventData"
 
 /** @internal */
-export const make = (deps: DriverDeps): Effect.Effect<Driver> =>
-  Effect.gen(function*() {
-    const sessionCore = core(deps.session)
-    // the state machine's SynchronizedRef and the gate's Deferred are made on first use
-    let stateRef: SynchronizedRef.SynchronizedRef<Phase> | undefined
-    let status: AgentStatus = "idle"
-    /** PUB-11: the gate's value once set (first wins), and the Deferred senders wait on before. */
-    let gateValue: boolean | undefined
-    let gateWaiters: Deferred.Deferred<boolean> | undefined
-    let disposing = false
-    let broken: Option.Option<unknown> = Option.none()
-    let latchedWake = false
-    let lastConfig: string | undefined = undefined
-    /** The cancel cause of the current activity, readable without effects (the claim guard, INB-06). */
-    let cancelCell: Option.Option<CancelCause> = Option.none()
-    const maxSteps = deps.options.maxStepsPerTurn ?? 100
-    const maxParallel = deps.options.maxParallelToolCalls ?? 10
-    const maxRetries = deps.options.maxRequestRetries ?? 3
+export const make = (deps: DriverDeps): Effect.Effect<Driver> => Effect.sync(() => unsafeMake(deps))
+
+/**
+ * `make` as a plain constructor: building a driver only allocates (its state machine, gate and
+ * fibers are made on first use), so a caller already running an operation pays none (B1).
+ *
+ * @internal
+ */
+export const unsafeMake = (deps: DriverDeps): Driver => {
+  const sessionCore = core(deps.session)
+  // the state machine's SynchronizedRef and the gate's Deferred are made on first use
+  let stateRef: SynchronizedRef.SynchronizedRef<Phase> | undefined
+  let status: AgentStatus = "idle"
+  /** PUB-11: the gate's value once set (first wins), and the Deferred senders wait on before. */
+  let gateValue: boolean | undefined
+  let gateWaiters: Deferred.Deferred<boolean> | undefined
+  let disposing = false
+  let broken: Option.Option<unknown> = Option.none()
+  let latchedWake = false
+  let lastConfig: string | undefined = undefined
+  /** The cancel cause of the current activity, readable without effects (the claim guard, INB-06). */
+  let cancelCell: Option.Option<CancelCause> = Option.none()
+  const maxSteps = deps.options.maxStepsPerTurn ?? 100
+  const maxParallel = deps.options.maxParallelToolCalls ?? 10
+  const maxRetries = deps.options.maxRequestRetries ?? 3
 
 
-    let activityRuntime: Runtime.Runtime<never> | undefined
+  let activityRuntime: Runtime.Runtime<never> | undefined
 
-    /** Per-agent helpers as methods (no per-agent named closures to build). */
-    const h = {
-      /** The state machine, made on first use. */
-      state(): SynchronizedRef.SynchronizedRef<Phase> {
-        return (stateRef ??= SynchronizedRef.unsafeMake<Phase>({ _tag: "Idle" }))
-      },
-      openGate(published: boolean): Effect.Effect<void> {
-        return Effect.suspend(() => {
-          if (gateValue !== undefined) return Effect.void
-          gateValue = published
-          return gateWaiters === undefined ? Effect.void : Deferred.succeed(gateWaiters, published)
-        })
-      },
-      setStatus(next: AgentStatus): Effect.Effect<void> {
-        return Effect.suspend(() => {
-          const previous = status
-          status = next
-          return previous === next
-            ? Effect.void
-            : deps.emit(AgentEvent.AgentStatusChanged({ agent: deps.id, status: next }))
-        })
-      },
-      // Activities start uninterruptible, so an interruption that arrives before a fiber runs its first
-      // instruction still lets it write its closers; only the marked regions are interruptible.
-      fork<A, E>(effect: Effect.Effect<A, E>): Fiber.RuntimeFiber<A, E> {
-        cancelCell = Option.none()
-        activityRuntime ??= RuntimeModule.disableRuntimeFlag(deps.runtime, RuntimeFlags.Interruption)
-        return RuntimeModule.runFork(activityRuntime)(effect)
-      },
-      markBroken(cause: unknown, turn?: number): Effect.Effect<void> {
-        return Effect.suspend(() => {
-          if (Option.isNone(broken)) broken = Option.some(cause)
-          return deps.emit(AgentEvent.AgentError({
-            agent: deps.id,
-            turn,
-            error: {
-              message: "a durable write failed; the agent takes no more input until it is resumed",
-              code: "PERSISTENCE"
-            }
-          }))
-        })
-      },
-      get ensureUsable(): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> {
-        return Effect.suspend((): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> => {
-          if (disposing) return Effect.fail(new AgentError.AgentInactive({ id: deps.id }))
-          if (Option.isSome(broken)) {
-            return Effect.fail(new AgentError.AgentBroken({ id: deps.id, cause: broken.value }))
+  /** Per-agent helpers as methods (no per-agent named closures to build). */
+  const h = {
+    /** The state machine, made on first use. */
+    state(): SynchronizedRef.SynchronizedRef<Phase> {
+      return (stateRef ??= SynchronizedRef.unsafeMake<Phase>({ _tag: "Idle" }))
+    },
+    openGate(published: boolean): Effect.Effect<void> {
+      return Effect.suspend(() => h.openGateNow(published))
+    },
+    /** `openGate` as a synchronous step, for callers already inside an operation of their own (B1). */
+    openGateNow(published: boolean): Effect.Effect<void> {
+      if (gateValue !== undefined) return Effect.void
+      gateValue = published
+      return gateWaiters === undefined ? Effect.void : Deferred.succeed(gateWaiters, published)
+    },
+    setStatus(next: AgentStatus): Effect.Effect<void> {
+      return Effect.suspend(() => {
+        const previous = status
+        status = next
+        return previous === next
+          ? Effect.void
+          : deps.emit(AgentEvent.AgentStatusChanged({ agent: deps.id, status: next }))
+      })
+    },
+    // Activities start uninterruptible, so an interruption that arrives before a fiber runs its first
+    // instruction still lets it write its closers; only the marked regions are interruptible.
+    fork<A, E>(effect: Effect.Effect<A, E>): Fiber.RuntimeFiber<A, E> {
+      cancelCell = Option.none()
+      activityRuntime ??= RuntimeModule.disableRuntimeFlag(deps.runtime, RuntimeFlags.Interruption)
+      return RuntimeModule.runFork(activityRuntime)(effect)
+    },
+    markBroken(cause: unknown, turn?: number): Effect.Effect<void> {
+      return Effect.suspend(() => {
+        if (Option.isNone(broken)) broken = Option.some(cause)
+        return deps.emit(AgentEvent.AgentError({
+          agent: deps.id,
+          turn,
+          error: {
+            message: "a durable write failed; the agent takes no more input until it is resumed",
+            code: "PERSISTENCE"
           }
-          return Effect.void
-        })
-      },
-      /** PUB-11: sends wait for publication, except those of this creation's own hooks. */
-      get awaitGate(): Effect.Effect<"open" | "own-hook", AgentError.AgentInactive> {
-        return Effect.gen(function*() {
-          if (gateValue !== undefined) {
-            if (!gateValue) return yield* new AgentError.AgentInactive({ id: deps.id })
-            return "open" as const
-          }
-          const publishing = yield* FiberRef.get(deps.publishing)
-          if (Option.isSome(publishing) && publishing.value === deps.id) return "own-hook" as const
-          const passed = yield* Effect.suspend(() =>
-            gateValue !== undefined
-              ? Effect.succeed(gateValue)
-              : Deferred.await(gateWaiters ??= Deferred.unsafeMake<boolean>(FiberId.none))
-          )
-          if (!passed) return yield* new AgentError.AgentInactive({ id: deps.id })
+        }))
+      })
+    },
+    get ensureUsable(): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> {
+      return Effect.suspend((): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> => {
+        if (disposing) return Effect.fail(new AgentError.AgentInactive({ id: deps.id }))
+        if (Option.isSome(broken)) {
+          return Effect.fail(new AgentError.AgentBroken({ id: deps.id, cause: broken.value }))
+        }
+        return Effect.void
+      })
+    },
+    /** PUB-11: sends wait for publication, except those of this creation's own hooks. */
+    get awaitGate(): Effect.Effect<"open" | "own-hook", AgentError.AgentInactive> {
+      return Effect.gen(function*() {
+        if (gateValue !== undefined) {
+          if (!gateValue) return yield* new AgentError.AgentInactive({ id: deps.id })
           return "open" as const
-        })
-      }
-    }
-
-    /** The turn/step loop, built when the first activity needs it (an idle agent never runs one). */
-    const buildLoop = () => {
-      const hasNextStep = () => deps.inbox.sizes().nextStep > 0
-      const appendCore = (events: Arr.NonEmptyReadonlyArray<CoreEventInput>) => sessionCore.appendCore(events)
-
-      /**
-       * A durable write of the loop that failed, or died, breaks the agent (SES-02b, SPEC §9). Invalid
-       * data is not a write failure: only a `preStep` hook can supply it (messages it enters), and
-       * that ends the turn `error` like any hook failure.
-       */
-      const asWriteFailure = <A, E>(
-        self: Effect.Effect<A, E>
-      ): Effect.Effect<A, LogWriteFailed | SessionError.InvalidEventData> =>
-        Effect.catchAllCause(self, (cause): Effect.Effect<never, LogWriteFailed | SessionError.InvalidEventData> => {
-          if (Cause.isInterruptedOnly(cause)) return Effect.interrupt
-          const failure = Cause.failureOption(cause)
-          if (Option.isSome(failure) && isInvalidEventData(failure.value)) return Effect.fail(failure.value)
-          return Effect.fail(new LogWriteFailed({ cause: Cause.squash(cause) }))
-        })
-
-      /** Appends core events as one batch. */
-      const write = (events: Arr.NonEmptyReadonlyArray<CoreEventInput>) => asWriteFailure(appendCore(events))
-
-      /** The activity's cancel cause has been set (read without effects; reset when an activity forks). */
-      const isCanceled = () => Option.isSome(cancelCell)
-
-      const resolveRoute = (turn: number, step: number) =>
-        Effect.gen(function*() {
-          const provider = deps.options.provider ?? deps.storedRoute.provider
-          const model = deps.options.model ?? deps.storedRoute.model
-          const maxTokens = deps.options.maxTokens ?? deps.storedRoute.maxTokens
-          const system = deps.options.system ?? deps.storedRoute.system
-          if (provider === undefined || model === undefined) return Option.none<Tool.Route>()
-          const route: Tool.Route = {
-            provider,
-            model,
-            ...(maxTokens !== undefined ? { maxTokens } : {}),
-            ...(system !== undefined ? { system } : {})
-          }
-          const hooked = yield* Effect.interruptible(deps.hooks.runRequest({ agent: deps.agent(), turn, step }, route))
-          return Option.some(hooked)
-        })
-
-      /**
-       * Runs one call: its `tool/call` is written and the call marked started together, then only the
-       * body is interruptible. An interrupted body leaves the call `started` (closers log `ABORTED`).
-       */
-      const runTool = (ctx: TurnContext, step: number, call: PendingCall, tools: ReadonlyMap<string, Tool.Any>) =>
-        Effect.uninterruptibleMask((restore) =>
-          Effect.gen(function*() {
-            yield* write([{
-              type: "tool/call",
-              data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
-            }])
-            call.state = "started"
-            yield* deps.emit(
-              AgentEvent.ToolCallStarted({ agent: deps.id, turn: ctx.turn, step, callId: call.callId, name: call.name })
-            )
-            const tool = tools.get(call.name)
-            let concludes = false
-            if (tool === undefined) {
-              call.result = {
-                message: textResult(call, `Unknown tool ${JSON.stringify(call.name)}.`, true),
-                error: { name: "ToolNotFound", code: "TOOL_NOT_FOUND" }
-              }
-            } else {
-              const args = deps.decodeArguments(tool, call.arguments)
-              if (Either.isLeft(args)) {
-                call.result = {
-                  message: textResult(call, args.left, true),
-                  error: { name: "InvalidToolArguments", code: "INVALID_ARGUMENTS" }
-                }
-              } else {
-                const exit = yield* Effect.exit(
-                  restore(tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }))
-                )
-                if (Exit.isSuccess(exit)) {
-                  call.result = {
-                    message: {
-                      id: `tool:${call.callId}` as MessageId,
-                      role: "tool",
-                      toolCallId: call.callId,
-                      toolName: call.name,
-                      content: exit.value.content,
-                      isError: exit.value.isError === true
-                    }
-                  }
-                  concludes = exit.value.concludesTurn === true
-                } else if (Cause.isInterruptedOnly(exit.cause)) {
-                  return yield* Effect.failCause(exit.cause)
-                } else {
-                  const failure = Cause.failureOption(exit.cause)
-                  if (Option.isNone(failure)) {
-                    // a defect ends the turn `error`; the call still gets a result that says so
-                    call.result = {
-                      message: textResult(call, DEFECT_TEXT, true),
-                      error: { name: "ToolDefect", code: "TOOL_DEFECT" }
-                    }
-                    call.state = "done"
-                    return yield* Effect.failCause(exit.cause)
-                  }
-                  const error = failure.value
-                  const name = typeof error === "object" && error !== null && "_tag" in error
-                    ? String((error as { readonly _tag: unknown })._tag)
-                    : "ToolFailed"
-                  const text = error instanceof Error ? error.message : typeof error === "string" ? error : name
-                  call.result = {
-                    message: textResult(call, `The tool failed: ${text}`, true),
-                    error: { name, code: "TOOL_FAILED" }
-                  }
-                }
-              }
-            }
-            call.state = "done"
-            yield* deps.emit(AgentEvent.ToolCallFinished({
-              agent: deps.id,
-              turn: ctx.turn,
-              step,
-              callId: call.callId,
-              isError: call.result?.message.isError === true
-            }))
-            return concludes
-          })
+        }
+        const publishing = yield* FiberRef.get(deps.publishing)
+        if (Option.isSome(publishing) && publishing.value === deps.id) return "own-hook" as const
+        const passed = yield* Effect.suspend(() =>
+          gateValue !== undefined
+            ? Effect.succeed(gateValue)
+            : Deferred.await(gateWaiters ??= Deferred.unsafeMake<boolean>(FiberId.none))
         )
+        if (!passed) return yield* new AgentError.AgentInactive({ id: deps.id })
+        return "open" as const
+      })
+    }
+  }
 
-      /**
-       * Logs, in model order, the results of calls that are done and come before any unfinished one.
-       * With `closeStep` (the last group, every call done), `step/end` goes in the same batch.
-       */
-      const flushResults = (ctx: TurnContext, step: number, closeStep: boolean) =>
-        Effect.suspend(() => {
-          const events: Array<CoreEventInput> = []
-          let logged = ctx.logged
-          while (logged < ctx.calls.length) {
-            const call = ctx.calls[logged]!
-            if (call.state !== "done" || call.result === undefined) break
-            events.push(resultEvent(ctx.turn, step, call.result))
-            logged++
-          }
-          const closing = closeStep && logged === ctx.calls.length
-          if (closing) events.push({ type: "step/end", data: { turn: ctx.turn, step } })
-          if (!isNonEmpty(events)) return Effect.void
-          return Effect.map(write(events), () => {
-            ctx.logged = logged
-            if (closing) {
-              ctx.openStep = undefined
-              ctx.calls = []
-            }
-          })
-        })
+  /** The turn/step loop, built when the first activity needs it (an idle agent never runs one). */
+  const buildLoop = () => {
+    const hasNextStep = () => deps.inbox.sizes().nextStep > 0
+    const appendCore = (events: Arr.NonEmptyReadonlyArray<CoreEventInput>) => sessionCore.appendCore(events)
 
-      const runTools = (ctx: TurnContext, step: number) =>
+    /**
+     * A durable write of the loop that failed, or died, breaks the agent (SES-02b, SPEC §9). Invalid
+     * data is not a write failure: only a `preStep` hook can supply it (messages it enters), and
+     * that ends the turn `error` like any hook failure.
+     */
+    const asWriteFailure = <A, E>(
+      self: Effect.Effect<A, E>
+    ): Effect.Effect<A, LogWriteFailed | SessionError.InvalidEventData> =>
+      Effect.catchAllCause(self, (cause): Effect.Effect<never, LogWriteFailed | SessionError.InvalidEventData> => {
+        if (Cause.isInterruptedOnly(cause)) return Effect.interrupt
+        const failure = Cause.failureOption(cause)
+        if (Option.isSome(failure) && isInvalidEventData(failure.value)) return Effect.fail(failure.value)
+        return Effect.fail(new LogWriteFailed({ cause: Cause.squash(cause) }))
+      })
+
+    /** Appends core events as one batch. */
+    const write = (events: Arr.NonEmptyReadonlyArray<CoreEventInput>) => asWriteFailure(appendCore(events))
+
+    /** The activity's cancel cause has been set (read without effects; reset when an activity forks). */
+    const isCanceled = () => Option.isSome(cancelCell)
+
+    const resolveRoute = (turn: number, step: number) =>
+      Effect.gen(function*() {
+        const provider = deps.options.provider ?? deps.storedRoute.provider
+        const model = deps.options.model ?? deps.storedRoute.model
+        const maxTokens = deps.options.maxTokens ?? deps.storedRoute.maxTokens
+        const system = deps.options.system ?? deps.storedRoute.system
+        if (provider === undefined || model === undefined) return Option.none<Tool.Route>()
+        const route: Tool.Route = {
+          provider,
+          model,
+          ...(maxTokens !== undefined ? { maxTokens } : {}),
+          ...(system !== undefined ? { system } : {})
+        }
+        const hooked = yield* Effect.interruptible(deps.hooks.runRequest({ agent: deps.agent(), turn, step }, route))
+        return Option.some(hooked)
+      })
+
+    /**
+     * Runs one call: its `tool/call` is written and the call marked started together, then only the
+     * body is interruptible. An interrupted body leaves the call `started` (closers log `ABORTED`).
+     */
+    const runTool = (ctx: TurnContext, step: number, call: PendingCall, tools: ReadonlyMap<string, Tool.Any>) =>
+      Effect.uninterruptibleMask((restore) =>
         Effect.gen(function*() {
-          const available = yield* deps.tools
-          const byName = new Map(available.map((tool) => [tool.name, tool] as const))
+          yield* write([{
+            type: "tool/call",
+            data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
+          }])
+          call.state = "started"
+          yield* deps.emit(
+            AgentEvent.ToolCallStarted({ agent: deps.id, turn: ctx.turn, step, callId: call.callId, name: call.name })
+          )
+          const tool = tools.get(call.name)
           let concludes = false
-          // consecutive parallel calls form a group; an exclusive call is a barrier of its own
-          const groups: Array<Array<PendingCall>> = []
-          for (const call of ctx.calls) {
-            const tool = byName.get(call.name)
-            const exclusive = tool?.mode === "exclusive"
-            const last = groups[groups.length - 1]
-            if (exclusive || last === undefined || (last.length > 0 && byName.get(last[0]!.name)?.mode === "exclusive")) {
-              groups.push([call])
+          if (tool === undefined) {
+            call.result = {
+              message: textResult(call, `Unknown tool ${JSON.stringify(call.name)}.`, true),
+              error: { name: "ToolNotFound", code: "TOOL_NOT_FOUND" }
+            }
+          } else {
+            const args = deps.decodeArguments(tool, call.arguments)
+            if (Either.isLeft(args)) {
+              call.result = {
+                message: textResult(call, args.left, true),
+                error: { name: "InvalidToolArguments", code: "INVALID_ARGUMENTS" }
+              }
             } else {
-              last.push(call)
+              const exit = yield* Effect.exit(
+                restore(tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }))
+              )
+              if (Exit.isSuccess(exit)) {
+                call.result = {
+                  message: {
+                    id: `tool:${call.callId}` as MessageId,
+                    role: "tool",
+                    toolCallId: call.callId,
+                    toolName: call.name,
+                    content: exit.value.content,
+                    isError: exit.value.isError === true
+                  }
+                }
+                concludes = exit.value.concludesTurn === true
+              } else if (Cause.isInterruptedOnly(exit.cause)) {
+                return yield* Effect.failCause(exit.cause)
+              } else {
+                const failure = Cause.failureOption(exit.cause)
+                if (Option.isNone(failure)) {
+                  // a defect ends the turn `error`; the call still gets a result that says so
+                  call.result = {
+                    message: textResult(call, DEFECT_TEXT, true),
+                    error: { name: "ToolDefect", code: "TOOL_DEFECT" }
+                  }
+                  call.state = "done"
+                  return yield* Effect.failCause(exit.cause)
+                }
+                const error = failure.value
+                const name = typeof error === "object" && error !== null && "_tag" in error
+                  ? String((error as { readonly _tag: unknown })._tag)
+                  : "ToolFailed"
+                const text = error instanceof Error ? error.message : typeof error === "string" ? error : name
+                call.result = {
+                  message: textResult(call, `The tool failed: ${text}`, true),
+                  error: { name, code: "TOOL_FAILED" }
+                }
+              }
             }
           }
-          for (let g = 0; g < groups.length; g++) {
-            // interruptible, so a cancel reaches the running bodies (each guards its own bookkeeping)
-            const results = yield* Effect.interruptible(
-              Effect.forEach(groups[g]!, (call) => runTool(ctx, step, call, byName), { concurrency: maxParallel })
-            )
-            if (results.some((c) => c)) concludes = true
-            // the last group's results close the step in the same batch
-            yield* flushResults(ctx, step, g === groups.length - 1)
-          }
+          call.state = "done"
+          yield* deps.emit(AgentEvent.ToolCallFinished({
+            agent: deps.id,
+            turn: ctx.turn,
+            step,
+            callId: call.callId,
+            isError: call.result?.message.isError === true
+          }))
           return concludes
         })
+      )
 
-      const callModel = (ctx: TurnContext, step: number, request: ModelRequest) =>
-        Effect.gen(function*() {
-          let attempt = 0
-          while (true) {
-            attempt++
+    /**
+     * Logs, in model order, the results of calls that are done and come before any unfinished one.
+     * With `closeStep` (the last group, every call done), `step/end` goes in the same batch.
+     */
+    const flushResults = (ctx: TurnContext, step: number, closeStep: boolean) =>
+      Effect.suspend(() => {
+        const events: Array<CoreEventInput> = []
+        let logged = ctx.logged
+        while (logged < ctx.calls.length) {
+          const call = ctx.calls[logged]!
+          if (call.state !== "done" || call.result === undefined) break
+          events.push(resultEvent(ctx.turn, step, call.result))
+          logged++
+        }
+        const closing = closeStep && logged === ctx.calls.length
+        if (closing) events.push({ type: "step/end", data: { turn: ctx.turn, step } })
+        if (!isNonEmpty(events)) return Effect.void
+        return Effect.map(write(events), () => {
+          ctx.logged = logged
+          if (closing) {
+            ctx.openStep = undefined
+            ctx.calls = []
+          }
+        })
+      })
+
+    const runTools = (ctx: TurnContext, step: number) =>
+      Effect.gen(function*() {
+        const available = yield* deps.tools
+        const byName = new Map(available.map((tool) => [tool.name, tool] as const))
+        let concludes = false
+        // consecutive parallel calls form a group; an exclusive call is a barrier of its own
+        const groups: Array<Array<PendingCall>> = []
+        for (const call of ctx.calls) {
+          const tool = byName.get(call.name)
+          const exclusive = tool?.mode === "exclusive"
+          const last = groups[groups.length - 1]
+          if (exclusive || last === undefined || (last.length > 0 && byName.get(last[0]!.name)?.mode === "exclusive")) {
+            groups.push([call])
+          } else {
+            last.push(call)
+          }
+        }
+        for (let g = 0; g < groups.length; g++) {
+          // interruptible, so a cancel reaches the running bodies (each guards its own bookkeeping)
+          const results = yield* Effect.interruptible(
+            Effect.forEach(groups[g]!, (call) => runTool(ctx, step, call, byName), { concurrency: maxParallel })
+          )
+          if (results.some((c) => c)) concludes = true
+          // the last group's results close the step in the same batch
+          yield* flushResults(ctx, step, g === groups.length - 1)
+        }
+        return concludes
+      })
+
+    const callModel = (ctx: TurnContext, step: number, request: ModelRequest) =>
+      Effect.gen(function*() {
+        let attempt = 0
+        while (true) {
+          attempt++
+          ctx.streamedText = ""
+          ctx.streamedReasoning = ""
+          ctx.streaming = true
+          const calls: Array<{ readonly callId: string; readonly name: string; readonly arguments: string }> = []
+          let finish: Finish | undefined
+          // one Effect per chunk, its elements handled in order: a state update, then its emit
+          const onChunk = (chunk: Chunk.Chunk<ModelChunk>): Effect.Effect<void> => {
+            const items = Chunk.toReadonlyArray(chunk)
+            const from = (start: number): Effect.Effect<void> => {
+              for (let i = start; i < items.length; i++) {
+                const item = items[i]!
+                switch (item._tag) {
+                  case "TextDelta": {
+                    ctx.streamedText += item.text
+                    const next = i + 1
+                    const emitted = deps.emit(
+                      AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "text", text: item.text })
+                    )
+                    return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
+                  }
+                  case "ReasoningDelta": {
+                    ctx.streamedReasoning += item.text
+                    const next = i + 1
+                    const emitted = deps.emit(AgentEvent.ModelDelta({
+                      agent: deps.id,
+                      turn: ctx.turn,
+                      step,
+                      kind: "reasoning",
+                      text: item.text
+                    }))
+                    return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
+                  }
+                  case "ToolCall":
+                    calls.push({ callId: item.callId, name: item.name, arguments: item.arguments })
+                    break
+                  case "Finish":
+                    finish = { reason: item.reason, usage: item.usage }
+                    break
+                }
+              }
+              return Effect.void
+            }
+            return Effect.suspend(() => from(0))
+          }
+          // pulled chunk by chunk in a scope (cheaper than `Stream.runForEach*`, same order and finalization)
+          const drained = Effect.scoped(Effect.flatMap(Stream.toPull(deps.model.stream(request)), (pull) => {
+            const loop: Effect.Effect<void, AgentError.ModelError> = Effect.matchEffect(pull, {
+              onFailure: (error) => Option.isNone(error) ? Effect.void : Effect.fail(error.value),
+              onSuccess: (chunk) => Effect.flatMap(onChunk(chunk), () => loop)
+            })
+            return loop
+          }))
+          const exit = yield* Effect.exit(Effect.interruptible(drained))
+          if (Exit.isSuccess(exit)) {
+            ctx.streaming = false
+            return { calls, finish: finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const } }
+          }
+          // interrupted (a cancel): the closers keep what was delivered so far (CAN-05)
+          if (Cause.isInterrupted(exit.cause)) return yield* Effect.failCause(exit.cause)
+          // a failed attempt delivers nothing the model will be shown
+          ctx.streaming = false
+          const failure = Cause.failureOption(exit.cause)
+          if (Option.isNone(failure)) return yield* Effect.failCause(exit.cause)
+          const error = failure.value
+          if (attempt <= maxRetries) {
+            const decision = yield* Effect.interruptible(
+              deps.hooks.runRequestError({ agent: deps.agent(), turn: ctx.turn, step, error, attempt })
+            )
+            if (decision === "retry") continue
+          }
+          return yield* Effect.fail(error)
+        }
+      })
+
+    /** Opens a step: `step/start` (alone, when nothing enters it). */
+    const openStep = (ctx: TurnContext, step: number) =>
+      Effect.map(write([{ type: "step/start", data: { turn: ctx.turn, step } }]), () => {
+        ctx.openStep = step
+        ctx.steps++
+      })
+
+    /** Runs steps until the turn's end reason is known. Writes everything but the closers and `turn/end`. */
+    const turnBody = (ctx: TurnContext) =>
+      Effect.gen(function*() {
+        const agent = deps.agent()
+        let step = 0
+        while (true) {
+          if (step >= maxSteps) return { kind: "max-steps" } as TurnEndReason
+          step++
+          // every step proposal goes through the preStep hooks, which may add to an empty batch
+          const peeked = yield* deps.inbox.peek(step === 1 ? "turn" : "step")
+          const decision = yield* Effect.interruptible(deps.hooks.runPreStep({ agent, turn: ctx.turn, step }, peeked))
+          if (decision.kind === "reject") {
+            if (peeked.length > 0) {
+              yield* asWriteFailure(deps.inbox.reject(peeked.map((m) => m.id), { guard: () => !isCanceled() }))
+            }
+            // a cancel that landed first wins: with keepInbox the batch stays pending
+            if (isCanceled()) return yield* Effect.interrupt
+            return { kind: "blocked", reason: decision.reason } as TurnEndReason
+          }
+          const entering = decision.messages
+          // nothing to enter the first step: the turn ends without one (DLV-09)
+          if (step === 1 && peeked.length === 0 && entering.length === 0) return { kind: "completed" } as TurnEndReason
+          if (peeked.length > 0 || entering.length > 0) {
+            const claimed = yield* asWriteFailure(deps.inbox.claim({
+              turn: ctx.turn,
+              step,
+              peeked: peeked.map((m) => m.id),
+              entering,
+              guard: () => !isCanceled()
+            }))
+            if (Option.isNone(claimed)) return yield* Effect.interrupt
+            if (claimed.value.entered.length === 0) {
+              // nothing entered the first step: the turn ends without one (DLV-09)
+              if (step === 1) return { kind: "completed" } as TurnEndReason
+              yield* openStep(ctx, step)
+            } else {
+              ctx.openStep = step
+              ctx.steps++
+            }
+          } else {
+            yield* openStep(ctx, step)
+          }
+          ctx.calls = []
+          ctx.logged = 0
+
+          const route = yield* resolveRoute(ctx.turn, step)
+          if (Option.isNone(route)) {
+            return {
+              kind: "error",
+              error: { message: "no provider/model: set them in the agent options", code: "NO_ROUTE" }
+            } as TurnEndReason
+          }
+          ctx.route = route.value
+          const tools = yield* deps.tools
+          const schemas = tools.map(deps.toSchema)
+          const config = {
+            provider: route.value.provider,
+            model: route.value.model,
+            ...(route.value.maxTokens !== undefined ? { maxTokens: route.value.maxTokens } : {}),
+            ...(route.value.system !== undefined ? { system: route.value.system } : {}),
+            tools: schemas.map((s) => ({ name: s.name, description: s.description, parameters: s.jsonSchema }))
+          }
+          const configKey = JSON.stringify(config)
+          if (configKey !== lastConfig) {
+            yield* write([{ type: "request/config", data: config }])
+            lastConfig = configKey
+          }
+          const request: ModelRequest = {
+            sessionId: deps.id,
+            provider: config.provider,
+            model: config.model,
+            ...(config.maxTokens !== undefined ? { maxTokens: config.maxTokens } : {}),
+            ...(config.system !== undefined ? { system: config.system } : {}),
+            messages: yield* deps.session.messages,
+            tools: schemas
+          }
+          const reply = yield* callModel(ctx, step, request)
+          const maxTokens = reply.finish.reason === "max-tokens"
+          const content: Array<AssistantMessage["content"][number]> = []
+          if (ctx.streamedReasoning !== "") content.push({ type: "reasoning", text: ctx.streamedReasoning })
+          if (ctx.streamedText !== "") content.push({ type: "text", text: ctx.streamedText })
+          if (!maxTokens) {
+            for (const call of reply.calls) {
+              content.push({ type: "tool-call", callId: call.callId, name: call.name, arguments: call.arguments })
+            }
+          }
+          const message: AssistantMessage = {
+            id: `assistant:${ctx.turn}:${step}` as MessageId,
+            role: "assistant",
+            content,
+            source: { kind: "model", provider: config.provider, model: config.model }
+          }
+          const calls: Array<PendingCall> = maxTokens
+            ? []
+            : reply.calls.map((call) => ({ ...call, state: "waiting" as const, result: undefined }))
+          const hadCalls = calls.length > 0
+          const assistantEvent: CoreEventInput = {
+            type: "assistant/message",
+            data: {
+              turn: ctx.turn,
+              step,
+              message,
+              finish: reply.finish.reason === "tool-calls" && calls.length === 0 ? "stop" : reply.finish.reason,
+              ...(reply.finish.usage !== undefined ? { usage: reply.finish.usage } : {})
+            }
+          }
+          if (hadCalls) {
+            yield* write([assistantEvent])
+            ctx.calls = calls
             ctx.streamedText = ""
             ctx.streamedReasoning = ""
-            ctx.streaming = true
-            const calls: Array<{ readonly callId: string; readonly name: string; readonly arguments: string }> = []
-            let finish: Finish | undefined
-            // one Effect per chunk, its elements handled in order: a state update, then its emit
-            const onChunk = (chunk: Chunk.Chunk<ModelChunk>): Effect.Effect<void> => {
-              const items = Chunk.toReadonlyArray(chunk)
-              const from = (start: number): Effect.Effect<void> => {
-                for (let i = start; i < items.length; i++) {
-                  const item = items[i]!
-                  switch (item._tag) {
-                    case "TextDelta": {
-                      ctx.streamedText += item.text
-                      const next = i + 1
-                      const emitted = deps.emit(
-                        AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "text", text: item.text })
-                      )
-                      return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
-                    }
-                    case "ReasoningDelta": {
-                      ctx.streamedReasoning += item.text
-                      const next = i + 1
-                      const emitted = deps.emit(AgentEvent.ModelDelta({
-                        agent: deps.id,
-                        turn: ctx.turn,
-                        step,
-                        kind: "reasoning",
-                        text: item.text
-                      }))
-                      return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
-                    }
-                    case "ToolCall":
-                      calls.push({ callId: item.callId, name: item.name, arguments: item.arguments })
-                      break
-                    case "Finish":
-                      finish = { reason: item.reason, usage: item.usage }
-                      break
-                  }
-                }
-                return Effect.void
-              }
-              return Effect.suspend(() => from(0))
-            }
-            // pulled chunk by chunk in a scope (cheaper than `Stream.runForEach*`, same order and finalization)
-            const drained = Effect.scoped(Effect.flatMap(Stream.toPull(deps.model.stream(request)), (pull) => {
-              const loop: Effect.Effect<void, AgentError.ModelError> = Effect.matchEffect(pull, {
-                onFailure: (error) => Option.isNone(error) ? Effect.void : Effect.fail(error.value),
-                onSuccess: (chunk) => Effect.flatMap(onChunk(chunk), () => loop)
-              })
-              return loop
-            }))
-            const exit = yield* Effect.exit(Effect.interruptible(drained))
-            if (Exit.isSuccess(exit)) {
-              ctx.streaming = false
-              return { calls, finish: finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const } }
-            }
-            // interrupted (a cancel): the closers keep what was delivered so far (CAN-05)
-            if (Cause.isInterrupted(exit.cause)) return yield* Effect.failCause(exit.cause)
-            // a failed attempt delivers nothing the model will be shown
-            ctx.streaming = false
-            const failure = Cause.failureOption(exit.cause)
-            if (Option.isNone(failure)) return yield* Effect.failCause(exit.cause)
-            const error = failure.value
-            if (attempt <= maxRetries) {
-              const decision = yield* Effect.interruptible(
-                deps.hooks.runRequestError({ agent: deps.agent(), turn: ctx.turn, step, error, attempt })
-              )
-              if (decision === "retry") continue
-            }
-            return yield* Effect.fail(error)
-          }
-        })
-
-      /** Opens a step: `step/start` (alone, when nothing enters it). */
-      const openStep = (ctx: TurnContext, step: number) =>
-        Effect.map(write([{ type: "step/start", data: { turn: ctx.turn, step } }]), () => {
-          ctx.openStep = step
-          ctx.steps++
-        })
-
-      /** Runs steps until the turn's end reason is known. Writes everything but the closers and `turn/end`. */
-      const turnBody = (ctx: TurnContext) =>
-        Effect.gen(function*() {
-          const agent = deps.agent()
-          let step = 0
-          while (true) {
-            if (step >= maxSteps) return { kind: "max-steps" } as TurnEndReason
-            step++
-            // every step proposal goes through the preStep hooks, which may add to an empty batch
-            const peeked = yield* deps.inbox.peek(step === 1 ? "turn" : "step")
-            const decision = yield* Effect.interruptible(deps.hooks.runPreStep({ agent, turn: ctx.turn, step }, peeked))
-            if (decision.kind === "reject") {
-              if (peeked.length > 0) {
-                yield* asWriteFailure(deps.inbox.reject(peeked.map((m) => m.id), { guard: () => !isCanceled() }))
-              }
-              // a cancel that landed first wins: with keepInbox the batch stays pending
-              if (isCanceled()) return yield* Effect.interrupt
-              return { kind: "blocked", reason: decision.reason } as TurnEndReason
-            }
-            const entering = decision.messages
-            // nothing to enter the first step: the turn ends without one (DLV-09)
-            if (step === 1 && peeked.length === 0 && entering.length === 0) return { kind: "completed" } as TurnEndReason
-            if (peeked.length > 0 || entering.length > 0) {
-              const claimed = yield* asWriteFailure(deps.inbox.claim({
-                turn: ctx.turn,
-                step,
-                peeked: peeked.map((m) => m.id),
-                entering,
-                guard: () => !isCanceled()
-              }))
-              if (Option.isNone(claimed)) return yield* Effect.interrupt
-              if (claimed.value.entered.length === 0) {
-                // nothing entered the first step: the turn ends without one (DLV-09)
-                if (step === 1) return { kind: "completed" } as TurnEndReason
-                yield* openStep(ctx, step)
-              } else {
-                ctx.openStep = step
-                ctx.steps++
-              }
-            } else {
-              yield* openStep(ctx, step)
-            }
+          } else {
+            // no calls: nothing waits between the message and `step/end`, so they are one batch
+            yield* write([assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
+            ctx.streamedText = ""
+            ctx.streamedReasoning = ""
+            ctx.openStep = undefined
             ctx.calls = []
-            ctx.logged = 0
-
-            const route = yield* resolveRoute(ctx.turn, step)
-            if (Option.isNone(route)) {
-              return {
-                kind: "error",
-                error: { message: "no provider/model: set them in the agent options", code: "NO_ROUTE" }
-              } as TurnEndReason
-            }
-            ctx.route = route.value
-            const tools = yield* deps.tools
-            const schemas = tools.map(deps.toSchema)
-            const config = {
-              provider: route.value.provider,
-              model: route.value.model,
-              ...(route.value.maxTokens !== undefined ? { maxTokens: route.value.maxTokens } : {}),
-              ...(route.value.system !== undefined ? { system: route.value.system } : {}),
-              tools: schemas.map((s) => ({ name: s.name, description: s.description, parameters: s.jsonSchema }))
-            }
-            const configKey = JSON.stringify(config)
-            if (configKey !== lastConfig) {
-              yield* write([{ type: "request/config", data: config }])
-              lastConfig = configKey
-            }
-            const request: ModelRequest = {
-              sessionId: deps.id,
-              provider: config.provider,
-              model: config.model,
-              ...(config.maxTokens !== undefined ? { maxTokens: config.maxTokens } : {}),
-              ...(config.system !== undefined ? { system: config.system } : {}),
-              messages: yield* deps.session.messages,
-              tools: schemas
-            }
-            const reply = yield* callModel(ctx, step, request)
-            const maxTokens = reply.finish.reason === "max-tokens"
-            const content: Array<AssistantMessage["content"][number]> = []
-            if (ctx.streamedReasoning !== "") content.push({ type: "reasoning", text: ctx.streamedReasoning })
-            if (ctx.streamedText !== "") content.push({ type: "text", text: ctx.streamedText })
-            if (!maxTokens) {
-              for (const call of reply.calls) {
-                content.push({ type: "tool-call", callId: call.callId, name: call.name, arguments: call.arguments })
-              }
-            }
-            const message: AssistantMessage = {
-              id: `assistant:${ctx.turn}:${step}` as MessageId,
-              role: "assistant",
-              content,
-              source: { kind: "model", provider: config.provider, model: config.model }
-            }
-            const calls: Array<PendingCall> = maxTokens
-              ? []
-              : reply.calls.map((call) => ({ ...call, state: "waiting" as const, result: undefined }))
-            const hadCalls = calls.length > 0
-            const assistantEvent: CoreEventInput = {
-              type: "assistant/message",
-              data: {
-                turn: ctx.turn,
-                step,
-                message,
-                finish: reply.finish.reason === "tool-calls" && calls.length === 0 ? "stop" : reply.finish.reason,
-                ...(reply.finish.usage !== undefined ? { usage: reply.finish.usage } : {})
-              }
-            }
-            if (hadCalls) {
-              yield* write([assistantEvent])
-              ctx.calls = calls
-              ctx.streamedText = ""
-              ctx.streamedReasoning = ""
-            } else {
-              // no calls: nothing waits between the message and `step/end`, so they are one batch
-              yield* write([assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
-              ctx.streamedText = ""
-              ctx.streamedReasoning = ""
-              ctx.openStep = undefined
-              ctx.calls = []
-            }
-            const concludes = hadCalls ? yield* runTools(ctx, step) : false
-            if (ctx.openStep !== undefined) {
-              // defensive: `runTools` closes the step with its last results, so this does not run today
-              yield* write([{ type: "step/end", data: { turn: ctx.turn, step } }])
-              ctx.openStep = undefined
-              ctx.calls = []
-            }
-            // fresh next-step input always gets another step (TURN-04/05)
-            if (hasNextStep()) continue
-            if (hadCalls && !concludes) continue
-            // the turn is about to stop: turnStopping hooks may steer it on
-            yield* Effect.interruptible(deps.hooks.runTurnStopping({ agent, turn: ctx.turn }))
-            if (hasNextStep()) continue
-            return maxTokens ? { kind: "max-tokens" } as TurnEndReason : { kind: "completed" } as TurnEndReason
           }
-        })
+          const concludes = hadCalls ? yield* runTools(ctx, step) : false
+          if (ctx.openStep !== undefined) {
+            // defensive: `runTools` closes the step with its last results, so this does not run today
+            yield* write([{ type: "step/end", data: { turn: ctx.turn, step } }])
+            ctx.openStep = undefined
+            ctx.calls = []
+          }
+          // fresh next-step input always gets another step (TURN-04/05)
+          if (hasNextStep()) continue
+          if (hadCalls && !concludes) continue
+          // the turn is about to stop: turnStopping hooks may steer it on
+          yield* Effect.interruptible(deps.hooks.runTurnStopping({ agent, turn: ctx.turn }))
+          if (hasNextStep()) continue
+          return maxTokens ? { kind: "max-tokens" } as TurnEndReason : { kind: "completed" } as TurnEndReason
+        }
+      })
 
-      /** The events that land a cancel or a failure safely wherever it happened (CAN-05). */
-      const closers = (ctx: TurnContext, reason: TurnEndReason): Arr.NonEmptyReadonlyArray<CoreEventInput> => {
-        const events: Array<CoreEventInput> = []
-        const step = ctx.openStep
-        if (step !== undefined) {
-          if (ctx.streaming && (ctx.streamedText !== "" || ctx.streamedReasoning !== "")) {
-            const content: Array<AssistantMessage["content"][number]> = []
-            if (ctx.streamedReasoning !== "") content.push({ type: "reasoning", text: ctx.streamedReasoning })
-            if (ctx.streamedText !== "") content.push({ type: "text", text: ctx.streamedText })
+    /** The events that land a cancel or a failure safely wherever it happened (CAN-05). */
+    const closers = (ctx: TurnContext, reason: TurnEndReason): Arr.NonEmptyReadonlyArray<CoreEventInput> => {
+      const events: Array<CoreEventInput> = []
+      const step = ctx.openStep
+      if (step !== undefined) {
+        if (ctx.streaming && (ctx.streamedText !== "" || ctx.streamedReasoning !== "")) {
+          const content: Array<AssistantMessage["content"][number]> = []
+          if (ctx.streamedReasoning !== "") content.push({ type: "reasoning", text: ctx.streamedReasoning })
+          if (ctx.streamedText !== "") content.push({ type: "text", text: ctx.streamedText })
+          events.push({
+            type: "assistant/message",
+            data: {
+              turn: ctx.turn,
+              step,
+              message: {
+                id: `assistant:${ctx.turn}:${step}` as MessageId,
+                role: "assistant",
+                content,
+                source: {
+                  kind: "model",
+                  provider: ctx.route?.provider ?? "unknown",
+                  model: ctx.route?.model ?? "unknown"
+                }
+              },
+              interrupted: true
+            }
+          })
+        }
+        for (let i = ctx.logged; i < ctx.calls.length; i++) {
+          const call = ctx.calls[i]!
+          if (call.state === "waiting") {
             events.push({
-              type: "assistant/message",
+              type: "tool/call",
+              data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
+            })
+            events.push({
+              type: "tool/result",
               data: {
                 turn: ctx.turn,
                 step,
-                message: {
-                  id: `assistant:${ctx.turn}:${step}` as MessageId,
-                  role: "assistant",
-                  content,
-                  source: {
-                    kind: "model",
-                    provider: ctx.route?.provider ?? "unknown",
-                    model: ctx.route?.model ?? "unknown"
-                  }
-                },
-                interrupted: true
+                message: textResult(call, ABORTED_BEFORE_DISPATCH_TEXT, true),
+                error: { name: "ToolAbortedBeforeDispatch", code: "ABORTED_BEFORE_DISPATCH" }
               }
             })
-          }
-          for (let i = ctx.logged; i < ctx.calls.length; i++) {
-            const call = ctx.calls[i]!
-            if (call.state === "waiting") {
-              events.push({
-                type: "tool/call",
-                data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
-              })
-              events.push({
-                type: "tool/result",
-                data: {
-                  turn: ctx.turn,
-                  step,
-                  message: textResult(call, ABORTED_BEFORE_DISPATCH_TEXT, true),
-                  error: { name: "ToolAbortedBeforeDispatch", code: "ABORTED_BEFORE_DISPATCH" }
-                }
-              })
-            } else if (call.state === "started" || call.result === undefined) {
-              events.push({
-                type: "tool/result",
-                data: {
-                  turn: ctx.turn,
-                  step,
-                  message: textResult(call, ABORTED_TEXT, true),
-                  error: { name: "ToolAborted", code: "ABORTED" }
-                }
-              })
-            } else {
-              events.push(resultEvent(ctx.turn, step, call.result))
-            }
-          }
-          events.push({ type: "step/end", data: { turn: ctx.turn, step } })
-        }
-        events.push({ type: "turn/end", data: { turn: ctx.turn, reason } })
-        return events as unknown as Arr.NonEmptyReadonlyArray<CoreEventInput>
-      }
-
-      const errorReason = (cause: Cause.Cause<unknown>): TurnEndReason => {
-        const failure = Cause.failureOption(cause)
-        if (Option.isSome(failure)) {
-          const error = failure.value
-          if (error instanceof AgentError.ModelError) {
-            return { kind: "error", error: { message: error.message, code: error.code } }
-          }
-          const tag = typeof error === "object" && error !== null && "_tag" in error
-            ? String((error as { readonly _tag: unknown })._tag)
-            : "HOOK_FAILED"
-          const message = error instanceof Error ? error.message : String(error)
-          return { kind: "error", error: { message, code: tag } }
-        }
-        return { kind: "error", error: { message: Cause.pretty(cause), code: "DEFECT" } }
-      }
-
-      /**
-       * Runs one opened turn to its end; returns its outcome, or None when the log could not be
-       * written (the agent is broken then, and the open turn is left for repair).
-       */
-      const runTurn = (turn: number) =>
-        Effect.uninterruptible(
-          Effect.gen(function*() {
-            const ctx = new TurnContext(turn)
-            yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn }))
-            const exit = yield* Effect.exit(turnBody(ctx))
-            if (Exit.isFailure(exit)) {
-              const failure = Cause.failureOption(exit.cause)
-              if (Option.isSome(failure) && failure.value instanceof LogWriteFailed) {
-                yield* h.markBroken(failure.value.cause, turn)
-                return Option.none<TurnOutcome>()
+          } else if (call.state === "started" || call.result === undefined) {
+            events.push({
+              type: "tool/result",
+              data: {
+                turn: ctx.turn,
+                step,
+                message: textResult(call, ABORTED_TEXT, true),
+                error: { name: "ToolAborted", code: "ABORTED" }
               }
-            }
-            // the activity's own cause (set before anything else by `cancel`, CAN-04)
-            const cause = cancelCell
-            const reason: TurnEndReason = Exit.isSuccess(exit)
-              ? exit.value
-              : Option.isSome(cause)
-              ? { kind: "aborted", cause: cause.value }
-              : errorReason(exit.cause)
-            const written = yield* Effect.exit(appendCore(closers(ctx, reason)))
-            if (Exit.isFailure(written)) {
-              yield* h.markBroken(Cause.squash(written.cause), turn)
+            })
+          } else {
+            events.push(resultEvent(ctx.turn, step, call.result))
+          }
+        }
+        events.push({ type: "step/end", data: { turn: ctx.turn, step } })
+      }
+      events.push({ type: "turn/end", data: { turn: ctx.turn, reason } })
+      return events as unknown as Arr.NonEmptyReadonlyArray<CoreEventInput>
+    }
+
+    const errorReason = (cause: Cause.Cause<unknown>): TurnEndReason => {
+      const failure = Cause.failureOption(cause)
+      if (Option.isSome(failure)) {
+        const error = failure.value
+        if (error instanceof AgentError.ModelError) {
+          return { kind: "error", error: { message: error.message, code: error.code } }
+        }
+        const tag = typeof error === "object" && error !== null && "_tag" in error
+          ? String((error as { readonly _tag: unknown })._tag)
+          : "HOOK_FAILED"
+        const message = error instanceof Error ? error.message : String(error)
+        return { kind: "error", error: { message, code: tag } }
+      }
+      return { kind: "error", error: { message: Cause.pretty(cause), code: "DEFECT" } }
+    }
+
+    /**
+     * Runs one opened turn to its end; returns its outcome, or None when the log could not be
+     * written (the agent is broken then, and the open turn is left for repair).
+     */
+    const runTurn = (turn: number) =>
+      Effect.uninterruptible(
+        Effect.gen(function*() {
+          const ctx = new TurnContext(turn)
+          yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn }))
+          const exit = yield* Effect.exit(turnBody(ctx))
+          if (Exit.isFailure(exit)) {
+            const failure = Cause.failureOption(exit.cause)
+            if (Option.isSome(failure) && failure.value instanceof LogWriteFailed) {
+              yield* h.markBroken(failure.value.cause, turn)
               return Option.none<TurnOutcome>()
             }
-            if (reason.kind === "error") {
-              yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))
+          }
+          // the activity's own cause (set before anything else by `cancel`, CAN-04)
+          const cause = cancelCell
+          const reason: TurnEndReason = Exit.isSuccess(exit)
+            ? exit.value
+            : Option.isSome(cause)
+            ? { kind: "aborted", cause: cause.value }
+            : errorReason(exit.cause)
+          const written = yield* Effect.exit(appendCore(closers(ctx, reason)))
+          if (Exit.isFailure(written)) {
+            yield* h.markBroken(Cause.squash(written.cause), turn)
+            return Option.none<TurnOutcome>()
+          }
+          if (reason.kind === "error") {
+            yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))
+          }
+          yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason }))
+          const continues = ctx.steps > 0 &&
+            (reason.kind === "completed" || reason.kind === "max-tokens" || reason.kind === "max-steps")
+          return Option.some<TurnOutcome>({ reason, continues })
+        })
+      )
+
+    /**
+     * A drain: the opened turn, then further turns while follow-ups are pending (TURN-07). Ends by
+     * handing over to a latched wake or going idle.
+     */
+    const drain = (firstTurn: number): Effect.Effect<void> =>
+      Effect.gen(function*() {
+        let turn = firstTurn
+        while (true) {
+          const outcome = yield* deps.withInitiator(runTurn(turn)).pipe(
+            Effect.catchAllCause((cause) =>
+              Effect.as(h.markBroken(Cause.squash(cause), turn), Option.none<TurnOutcome>())
+            )
+          )
+          const next = yield* SynchronizedRef.modifyEffect(h.state(), (phase) =>
+            Effect.gen(function*() {
+              const continues = Option.isSome(outcome) && outcome.value.continues &&
+                !disposing && Option.isNone(broken) && phase._tag === "Running" && Option.isNone(phase.cause)
+              if (continues && (yield* deps.inbox.hasPending)) {
+                const nextTurn = sessionCore.lastTurn() + 1
+                const opened = yield* Effect.exit(appendCore([{ type: "turn/start", data: { turn: nextTurn } }]))
+                if (Exit.isSuccess(opened)) return [Option.some(nextTurn), phase] as const
+                yield* h.markBroken(Cause.squash(opened.cause))
+              }
+              return yield* settle(phase)
+            })
+          )
+          if (Option.isNone(next)) return
+          turn = next.value
+        }
+      })
+
+    /**
+     * The current activity converged: start the latched wake (DLV-06) as a new activity, still
+     * `running`, or go idle. Runs inside `SynchronizedRef.modifyEffect`.
+     */
+    const settle = (phase: Phase) =>
+      Effect.gen(function*() {
+        const latched = phase._tag !== "Idle" && phase.wakeRequested
+        if (latched && !disposing && Option.isNone(broken) && (yield* deps.inbox.hasPending)) {
+          const opened = yield* startDrain
+          if (Option.isSome(opened)) return [Option.none<number>(), opened.value] as const
+        }
+        yield* h.setStatus("idle")
+        return [Option.none<number>(), { _tag: "Idle" } as Phase] as const
+      })
+
+    /** Writes `turn/start` of the next turn and forks a drain for it. */
+    const startDrain = Effect.gen(function*() {
+      const turn = sessionCore.lastTurn() + 1
+      const opened = yield* Effect.exit(appendCore([{ type: "turn/start", data: { turn } }]))
+      if (Exit.isFailure(opened)) {
+        yield* h.markBroken(Cause.squash(opened.cause))
+        return Option.none<Phase>()
+      }
+      yield* h.setStatus("running")
+      const fiber = h.fork(drain(turn))
+      return Option.some<Phase>({ _tag: "Running", fiber, cause: Option.none(), wakeRequested: false })
+    })
+    return { drain, settle, startDrain }
+  }
+  let loopCache: ReturnType<typeof buildLoop> | undefined
+
+  // ---------------------------------------------------------------------------------------------
+  // verbs
+
+  const driver: Driver = {
+    status: Effect.sync(() => status),
+    send(message: UserMessage, target: InboxTarget, wake: boolean) {
+      return Effect.gen(function*() {
+        yield* h.ensureUsable
+        const passage = yield* h.awaitGate
+        yield* h.ensureUsable
+        if (passage === "own-hook") {
+          yield* deps.inbox.insert(target, message, "end")
+          if (wake) latchedWake = true
+          return
+        }
+        yield* SynchronizedRef.updateEffect(h.state(), (phase) =>
+          Effect.gen(function*() {
+            yield* h.ensureUsable
+            switch (phase._tag) {
+              case "Idle": {
+                if (!wake) {
+                  yield* deps.inbox.insert(target, message, "end")
+                  return phase
+                }
+                const turn = sessionCore.lastTurn() + 1
+                yield* deps.inbox.insert(target, message, "end", () => [{ type: "turn/start", data: { turn } }])
+                yield* h.setStatus("running")
+                const fiber = h.fork((loopCache ??= buildLoop()).drain(turn))
+                return { _tag: "Running", fiber, cause: Option.none(), wakeRequested: false } as Phase
+              }
+              case "Maintenance":
+              case "Running": {
+                // after a cancel, waking input waits for the next turn and is latched to run when
+                // the cancelled activity converges (DLV-06, AGT-04)
+                if (Option.isSome(phase.cause) && wake) {
+                  yield* deps.inbox.insert("next-turn", message, "end")
+                  return { ...phase, wakeRequested: true }
+                }
+                yield* deps.inbox.insert(target, message, "end")
+                // a running drain takes it at its next boundary; maintenance latches it (AGT-04)
+                return wake && phase._tag === "Maintenance" ? { ...phase, wakeRequested: true } : phase
+              }
             }
-            yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason }))
-            const continues = ctx.steps > 0 &&
-              (reason.kind === "completed" || reason.kind === "max-tokens" || reason.kind === "max-steps")
-            return Option.some<TurnOutcome>({ reason, continues })
           })
         )
-
-      /**
-       * A drain: the opened turn, then further turns while follow-ups are pending (TURN-07). Ends by
-       * handing over to a latched wake or going idle.
-       */
-      const drain = (firstTurn: number): Effect.Effect<void> =>
-        Effect.gen(function*() {
-          let turn = firstTurn
-          while (true) {
-            const outcome = yield* deps.withInitiator(runTurn(turn)).pipe(
-              Effect.catchAllCause((cause) =>
-                Effect.as(h.markBroken(Cause.squash(cause), turn), Option.none<TurnOutcome>())
-              )
-            )
-            const next = yield* SynchronizedRef.modifyEffect(h.state(), (phase) =>
-              Effect.gen(function*() {
-                const continues = Option.isSome(outcome) && outcome.value.continues &&
-                  !disposing && Option.isNone(broken) && phase._tag === "Running" && Option.isNone(phase.cause)
-                if (continues && (yield* deps.inbox.hasPending)) {
-                  const nextTurn = sessionCore.lastTurn() + 1
-                  const opened = yield* Effect.exit(appendCore([{ type: "turn/start", data: { turn: nextTurn } }]))
-                  if (Exit.isSuccess(opened)) return [Option.some(nextTurn), phase] as const
-                  yield* h.markBroken(Cause.squash(opened.cause))
-                }
-                return yield* settle(phase)
-              })
-            )
-            if (Option.isNone(next)) return
-            turn = next.value
-          }
-        })
-
-      /**
-       * The current activity converged: start the latched wake (DLV-06) as a new activity, still
-       * `running`, or go idle. Runs inside `SynchronizedRef.modifyEffect`.
-       */
-      const settle = (phase: Phase) =>
-        Effect.gen(function*() {
-          const latched = phase._tag !== "Idle" && phase.wakeRequested
-          if (latched && !disposing && Option.isNone(broken) && (yield* deps.inbox.hasPending)) {
-            const opened = yield* startDrain
-            if (Option.isSome(opened)) return [Option.none<number>(), opened.value] as const
-          }
-          yield* h.setStatus("idle")
-          return [Option.none<number>(), { _tag: "Idle" } as Phase] as const
-        })
-
-      /** Writes `turn/start` of the next turn and forks a drain for it. */
-      const startDrain = Effect.gen(function*() {
-        const turn = sessionCore.lastTurn() + 1
-        const opened = yield* Effect.exit(appendCore([{ type: "turn/start", data: { turn } }]))
-        if (Exit.isFailure(opened)) {
-          yield* h.markBroken(Cause.squash(opened.cause))
-          return Option.none<Phase>()
-        }
-        yield* h.setStatus("running")
-        const fiber = h.fork(drain(turn))
-        return Option.some<Phase>({ _tag: "Running", fiber, cause: Option.none(), wakeRequested: false })
       })
-      return { drain, settle, startDrain }
-    }
-    let loopCache: ReturnType<typeof buildLoop> | undefined
+    },
 
-    // ---------------------------------------------------------------------------------------------
-    // verbs
-
-    const driver: Driver = {
-      status: Effect.sync(() => status),
-      send(message: UserMessage, target: InboxTarget, wake: boolean) {
-        return Effect.gen(function*() {
-          yield* h.ensureUsable
-          const passage = yield* h.awaitGate
-          yield* h.ensureUsable
-          if (passage === "own-hook") {
-            yield* deps.inbox.insert(target, message, "end")
-            if (wake) latchedWake = true
-            return
-          }
-          yield* SynchronizedRef.updateEffect(h.state(), (phase) =>
+    /**
+     * Sets the cause (first wins, CAN-04) and resets the latch, writes the canceled splices — all
+     * under the state lock, so a send that sees the cause is never canceled by it — then requests
+     * the interruption, even when the splices could not be written.
+     */
+    cancel(cause: CancelCause, options?: { readonly keepInbox?: boolean | undefined }) {
+      return Effect.gen(function*() {
+        if (disposing && cause.kind !== "disposed") return
+        const keepInbox = options?.keepInbox === true
+        type Outcome = readonly [Activity | undefined, Exit.Exit<void, SessionError.SessionAppendError>]
+        const [fiber, cleared] = yield* SynchronizedRef.modifyEffect(
+          h.state(),
+          (phase): Effect.Effect<readonly [Outcome, Phase]> =>
             Effect.gen(function*() {
-              yield* h.ensureUsable
-              switch (phase._tag) {
-                case "Idle": {
-                  if (!wake) {
-                    yield* deps.inbox.insert(target, message, "end")
-                    return phase
-                  }
-                  const turn = sessionCore.lastTurn() + 1
-                  yield* deps.inbox.insert(target, message, "end", () => [{ type: "turn/start", data: { turn } }])
-                  yield* h.setStatus("running")
-                  const fiber = h.fork((loopCache ??= buildLoop()).drain(turn))
-                  return { _tag: "Running", fiber, cause: Option.none(), wakeRequested: false } as Phase
-                }
-                case "Maintenance":
-                case "Running": {
-                  // after a cancel, waking input waits for the next turn and is latched to run when
-                  // the cancelled activity converges (DLV-06, AGT-04)
-                  if (Option.isSome(phase.cause) && wake) {
-                    yield* deps.inbox.insert("next-turn", message, "end")
-                    return { ...phase, wakeRequested: true }
-                  }
-                  yield* deps.inbox.insert(target, message, "end")
-                  // a running drain takes it at its next boundary; maintenance latches it (AGT-04)
-                  return wake && phase._tag === "Maintenance" ? { ...phase, wakeRequested: true } : phase
-                }
-              }
+              if (phase._tag !== "Idle" && Option.isNone(phase.cause)) cancelCell = Option.some(cause)
+              // a wake latched by the creation's own hooks is reset like any other latch (PUB-11)
+              latchedWake = false
+              const cleared = keepInbox ? Exit.void : yield* Effect.exit(deps.inbox.clearCanceled)
+              if (phase._tag === "Idle") return [[undefined, cleared], phase] as const
+              const next: Phase = Option.isNone(phase.cause)
+                ? { ...phase, cause: Option.some(cause), wakeRequested: false }
+                : { ...phase, wakeRequested: false }
+              return [[phase.fiber, cleared], next] as const
             })
-          )
-        })
-      },
+        )
+        if (fiber !== undefined) yield* Fiber.interruptFork(fiber)
+        if (Exit.isFailure(cleared)) return yield* Effect.failCause(cleared.cause)
+      })
+    },
 
-      /**
-       * Sets the cause (first wins, CAN-04) and resets the latch, writes the canceled splices — all
-       * under the state lock, so a send that sees the cause is never canceled by it — then requests
-       * the interruption, even when the splices could not be written.
-       */
-      cancel(cause: CancelCause, options?: { readonly keepInbox?: boolean | undefined }) {
-        return Effect.gen(function*() {
-          if (disposing && cause.kind !== "disposed") return
-          const keepInbox = options?.keepInbox === true
-          type Outcome = readonly [Activity | undefined, Exit.Exit<void, SessionError.SessionAppendError>]
-          const [fiber, cleared] = yield* SynchronizedRef.modifyEffect(
-            h.state(),
-            (phase): Effect.Effect<readonly [Outcome, Phase]> =>
-              Effect.gen(function*() {
-                if (phase._tag !== "Idle" && Option.isNone(phase.cause)) cancelCell = Option.some(cause)
-                // a wake latched by the creation's own hooks is reset like any other latch (PUB-11)
-                latchedWake = false
-                const cleared = keepInbox ? Exit.void : yield* Effect.exit(deps.inbox.clearCanceled)
-                if (phase._tag === "Idle") return [[undefined, cleared], phase] as const
-                const next: Phase = Option.isNone(phase.cause)
-                  ? { ...phase, cause: Option.some(cause), wakeRequested: false }
-                  : { ...phase, wakeRequested: false }
-                return [[phase.fiber, cleared], next] as const
-              })
-          )
-          if (fiber !== undefined) yield* Fiber.interruptFork(fiber)
-          if (Exit.isFailure(cleared)) return yield* Effect.failCause(cleared.cause)
-        })
-      },
+    get whenIdle(): Effect.Effect<void> {
+      return Effect.gen(function*() {
+        while (true) {
+          if (stateRef === undefined) return
+          const phase = yield* SynchronizedRef.get(stateRef)
+          if (phase._tag === "Idle") return
+          yield* Fiber.await(phase.fiber)
+          // an activity settles the state before it ends; if one died before that, settle for it
+          yield* SynchronizedRef.updateEffect(h.state(), (current) =>
+            current === phase ? Effect.map((loopCache ??= buildLoop()).settle(current), ([, next]) => next) : Effect.succeed(current))
+        }
+      })
+    },
 
-      get whenIdle(): Effect.Effect<void> {
-        return Effect.gen(function*() {
-          while (true) {
-            if (stateRef === undefined) return
-            const phase = yield* SynchronizedRef.get(stateRef)
-            if (phase._tag === "Idle") return
-            yield* Fiber.await(phase.fiber)
-            // an activity settles the state before it ends; if one died before that, settle for it
-            yield* SynchronizedRef.updateEffect(h.state(), (current) =>
-              current === phase ? Effect.map((loopCache ??= buildLoop()).settle(current), ([, next]) => next) : Effect.succeed(current))
-          }
-        })
-      },
-
-      runMaintenance<A, E, R>(task: Effect.Effect<A, E, R>) {
-        return Effect.gen(function*() {
-          yield* h.ensureUsable
-          const context = yield* Effect.context<R>()
-          // the task's exit with the activity's cause, read before a latched wake forks the next one
-          const done = yield* Deferred.make<readonly [Exit.Exit<A, E>, Option.Option<CancelCause>]>()
-          const fiber = yield* SynchronizedRef.modifyEffect(h.state(), (phase) =>
-            Effect.gen(function*() {
-              yield* h.ensureUsable
-              if (phase._tag !== "Idle") return yield* new AgentError.AgentBusy({ id: deps.id })
-              const work = Effect.interruptible(deps.withInitiator(Effect.provide(task, context))).pipe(
-                Effect.exit,
-                Effect.flatMap((exit) => Deferred.succeed(done, [exit as Exit.Exit<A, E>, cancelCell] as const)),
-                Effect.zipRight(
-                  SynchronizedRef.updateEffect(h.state(), (phase) => Effect.map((loopCache ??= buildLoop()).settle(phase), ([, next]) => next))
-                )
+    runMaintenance<A, E, R>(task: Effect.Effect<A, E, R>) {
+      return Effect.gen(function*() {
+        yield* h.ensureUsable
+        const context = yield* Effect.context<R>()
+        // the task's exit with the activity's cause, read before a latched wake forks the next one
+        const done = yield* Deferred.make<readonly [Exit.Exit<A, E>, Option.Option<CancelCause>]>()
+        const fiber = yield* SynchronizedRef.modifyEffect(h.state(), (phase) =>
+          Effect.gen(function*() {
+            yield* h.ensureUsable
+            if (phase._tag !== "Idle") return yield* new AgentError.AgentBusy({ id: deps.id })
+            const work = Effect.interruptible(deps.withInitiator(Effect.provide(task, context))).pipe(
+              Effect.exit,
+              Effect.flatMap((exit) => Deferred.succeed(done, [exit as Exit.Exit<A, E>, cancelCell] as const)),
+              Effect.zipRight(
+                SynchronizedRef.updateEffect(h.state(), (phase) => Effect.map((loopCache ??= buildLoop()).settle(phase), ([, next]) => next))
               )
-              const activity = h.fork(work)
-              const maintenance: Phase = {
-                _tag: "Maintenance",
-                fiber: activity,
-                cause: Option.none(),
-                wakeRequested: false
-              }
-              return [activity, maintenance] as const
+            )
+            const activity = h.fork(work)
+            const maintenance: Phase = {
+              _tag: "Maintenance",
+              fiber: activity,
+              cause: Option.none(),
+              wakeRequested: false
+            }
+            return [activity, maintenance] as const
+          })
+        )
+        const [exit, cause] = yield* Deferred.await(done).pipe(Effect.onInterrupt(() => Fiber.interruptFork(fiber)))
+        if (Exit.isSuccess(exit)) return exit.value
+        if (Cause.isInterruptedOnly(exit.cause)) {
+          return yield* new AgentError.AgentCanceled({
+            id: deps.id,
+            cause: Option.getOrElse(cause, (): CancelCause => ({ kind: "user" }))
+          })
+        }
+        return yield* Effect.failCause(exit.cause)
+      })
+    },
+
+    open(published: boolean) {
+      // one operation unless a send from the creation's own hooks latched a wake (B1)
+      return Effect.suspend((): Effect.Effect<void> => {
+        const opened = h.openGateNow(published)
+        if (!published) {
+          // inactive once the waiting senders were told
+          if (opened === Effect.void) {
+            disposing = true
+            return opened
+          }
+          return Effect.zipRight(opened, Effect.sync(() => {
+            disposing = true
+          }))
+        }
+        if (!latchedWake) return opened
+        latchedWake = false
+        return Effect.zipRight(
+          opened,
+          SynchronizedRef.updateEffect(h.state(), (phase) =>
+            Effect.gen(function*() {
+              if (phase._tag !== "Idle" || !(yield* deps.inbox.hasPending)) return phase
+              const opened = yield* (loopCache ??= buildLoop()).startDrain
+              return Option.getOrElse(opened, () => phase)
             })
           )
-          const [exit, cause] = yield* Deferred.await(done).pipe(Effect.onInterrupt(() => Fiber.interruptFork(fiber)))
-          if (Exit.isSuccess(exit)) return exit.value
-          if (Cause.isInterruptedOnly(exit.cause)) {
-            return yield* new AgentError.AgentCanceled({
-              id: deps.id,
-              cause: Option.getOrElse(cause, (): CancelCause => ({ kind: "user" }))
-            })
-          }
-          return yield* Effect.failCause(exit.cause)
-        })
-      },
+        )
+      })
+    },
 
-      open(published: boolean) {
+    get stop(): Effect.Effect<void> {
+      return Effect.suspend(() => {
+        disposing = true
+        if (stateRef === undefined) {
+          // never active: Idle, nothing to cancel or await; only a latched wake to reset (B1)
+          latchedWake = false
+          return h.openGateNow(false)
+        }
         return Effect.gen(function*() {
-          yield* h.openGate(published)
-          if (!published) {
-            disposing = true
-            return
-          }
-          if (latchedWake) {
-            latchedWake = false
-            yield* SynchronizedRef.updateEffect(h.state(), (phase) =>
-              Effect.gen(function*() {
-                if (phase._tag !== "Idle" || !(yield* deps.inbox.hasPending)) return phase
-                const opened = yield* (loopCache ??= buildLoop()).startDrain
-                return Option.getOrElse(opened, () => phase)
-              })
-            )
-          }
+          yield* h.openGate(false)
+          yield* driver.cancel({ kind: "disposed" }, { keepInbox: true }).pipe(Effect.ignore)
+          yield* driver.whenIdle
         })
-      },
-
-      get stop(): Effect.Effect<void> {
-        return Effect.suspend(() => {
-          disposing = true
-          if (stateRef === undefined) {
-            // never active: Idle, nothing to cancel or await; only a latched wake to reset (B1)
-            latchedWake = false
-            return h.openGate(false)
-          }
-          return Effect.gen(function*() {
-            yield* h.openGate(false)
-            yield* driver.cancel({ kind: "disposed" }, { keepInbox: true }).pipe(Effect.ignore)
-            yield* driver.whenIdle
-          })
-        })
-      },
-      isActive() {
-        return !disposing
-      }
+      })
+    },
+    isActive() {
+      return !disposing
     }
-    return driver
-  })
+  }
+  return driver
+}

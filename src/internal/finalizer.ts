@@ -9,7 +9,7 @@
  *
  * @internal
  */
-import { Context, Effect, FiberRef, Scope } from "effect"
+import { Context, Effect, FiberRef, RuntimeFlags, Scope } from "effect"
 
 /**
  * Adds `release` to the current Scope; it runs with the FiberRefs of the fiber that closes it.
@@ -17,7 +17,8 @@ import { Context, Effect, FiberRef, Scope } from "effect"
  * @internal
  */
 export const addFinalizer = (release: Effect.Effect<unknown>): Effect.Effect<void, never, Scope.Scope> =>
-  Effect.flatMap(Effect.scope, (scope) => Scope.addFinalizer(scope, release))
+  // the Scope read from the fiber's context in the same operation (not `Effect.scope` + flatMap, B1)
+  Effect.withFiberRuntime((fiber) => Scope.addFinalizer(Context.unsafeGet(fiber.currentContext, Scope.Scope), release))
 
 /**
  * `acquire` uninterruptibly, then register `release(a)` on the current Scope (see `addFinalizer`).
@@ -35,19 +36,29 @@ export const acquireRelease = <A, E, R>(
 /**
  * `Effect.locallyWith` in a few operations instead of an acquire/use/release (B1): `ref` is
  * `f(current)` while `effect` runs, and its previous value is restored on any exit, interruption
- * included; `effect` keeps the caller's interruptibility.
+ * included; `effect` keeps the caller's interruptibility. A caller that is already uninterruptible
+ * (the usual case here) needs no mask: nothing can interrupt it between the change and the handler
+ * that undoes it.
  *
  * @internal
  */
 export const locallyWith = <V>(ref: FiberRef.FiberRef<V>, f: (current: V) => V) =>
 <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.uninterruptibleMask((restore) =>
-    Effect.flatMap(FiberRef.getAndUpdate(ref, f), (previous) =>
-      Effect.matchCauseEffect(restore(effect), {
-        onFailure: (cause) => Effect.zipRight(FiberRef.set(ref, previous), Effect.failCause(cause)),
-        onSuccess: (value) => Effect.as(FiberRef.set(ref, previous), value)
-      }))
-  )
+  Effect.withFiberRuntime<A, E, R>((fiber, status) => {
+    const previous = fiber.getFiberRef(ref)
+    const around = (self: Effect.Effect<A, E, R>) =>
+      Effect.zipRight(
+        FiberRef.set(ref, f(previous)),
+        Effect.matchCauseEffect(self, {
+          onFailure: (cause) => Effect.zipRight(FiberRef.set(ref, previous), Effect.failCause(cause)),
+          // restores and returns the value in one operation
+          onSuccess: (value) => FiberRef.modify(ref, (): [A, V] => [value, previous])
+        })
+      )
+    return RuntimeFlags.interruption(status.runtimeFlags)
+      ? Effect.uninterruptibleMask((restore) => around(restore(effect)))
+      : around(effect)
+  })
 
 /**
  * `Scope.extend` in a third of the operations (B1): `scope` is the Scope of `effect` (added to the

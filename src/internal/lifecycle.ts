@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import { Cause, Effect, Option, Ref } from "effect"
+import { Cause, Effect, Either, Option, RuntimeFlags } from "effect"
 import type { Scope } from "effect"
 
 /**
@@ -48,7 +48,13 @@ export interface LifecycleRegistry<A, P> {
   /** Idempotent and exact: removes only this entry; deferred while it is announcing. */
   readonly detach: (entry: Entry<A, P>) => Effect.Effect<void>
   readonly get: (key: string) => Effect.Effect<Option.Option<Entry<A, P>>>
+  /** `get` as a synchronous read, for callers that already run in an operation of their own. */
+  readonly unsafeGet: (key: string) => Entry<A, P> | undefined
+  /** `enter` as a synchronous step: the new entry, or the live one (`Left`) when the key is taken. */
+  readonly unsafeEnter: (key: string, value: A, parent: P) => Either.Either<Entry<A, P>, Entry<A, P>>
   readonly isLive: (entry: Entry<A, P>) => Effect.Effect<boolean>
+  /** `isLive` as a synchronous read. */
+  readonly unsafeIsLive: (entry: Entry<A, P>) => boolean
   /** Live entries in registration order. */
   readonly entries: Effect.Effect<ReadonlyArray<Entry<A, P>>>
   /** Registers a hook that runs at every announcement until the Scope closes. */
@@ -64,17 +70,20 @@ export const make = <A, P>(events: {
     // A plain Map read and changed in synchronous steps: each step is atomic (one JS turn), as a
     // Ref.modify over a HashMap would be, without a persistent map per change (B1).
     const slots = new Map<string, Slot<A, P>>()
-    const hooks = yield* Ref.make<ReadonlyArray<Hook<A>>>([])
+    // the hooks, replaced (never mutated) by each registration and its release: one JS step each
+    let hooks: ReadonlyArray<Hook<A>> = []
     let order = 0
 
+    const unsafeEnter = (key: string, value: A, parent: P): Either.Either<Entry<A, P>, Entry<A, P>> => {
+      const live = slots.get(key)
+      if (live !== undefined) return Either.left(live.entry)
+      const entry: Entry<A, P> = { key, value, parent, order: order++ }
+      slots.set(key, { entry, phase: "entered", detachRequested: false })
+      return Either.right(entry)
+    }
+
     const enter = (key: string, value: A, parent: P): Effect.Effect<Entry<A, P>, Entry<A, P>> =>
-      Effect.suspend(() => {
-        const live = slots.get(key)
-        if (live !== undefined) return Effect.fail(live.entry)
-        const entry: Entry<A, P> = { key, value, parent, order: order++ }
-        slots.set(key, { entry, phase: "entered", detachRequested: false })
-        return Effect.succeed(entry)
-      })
+      Effect.suspend(() => unsafeEnter(key, value, parent))
 
     /** Removes the slot of `entry` if it is live; tells whether the disposal event is owed. */
     const remove = (entry: Entry<A, P>): boolean => {
@@ -96,11 +105,12 @@ export const make = <A, P>(events: {
     }
 
     /** The end of an announcement: announced, or removed when a detach was requested meanwhile. */
-    const settleAnnounced = (entry: Entry<A, P>) =>
-      Effect.suspend(() => {
-        const after = setPhase(entry, "announcing", "announced")
-        return Option.isSome(after) && after.value.detachRequested ? removeAndEmit(entry) : Effect.void
-      })
+    const settleNow = (entry: Entry<A, P>): Effect.Effect<void> => {
+      const after = setPhase(entry, "announcing", "announced")
+      return Option.isSome(after) && after.value.detachRequested ? removeAndEmit(entry) : Effect.void
+    }
+
+    const settleAnnounced = (entry: Entry<A, P>) => Effect.suspend(() => settleNow(entry))
 
     const runHooks = (entry: Entry<A, P>, running: ReadonlyArray<Hook<A>>) =>
       Effect.gen(function*() {
@@ -118,22 +128,29 @@ export const make = <A, P>(events: {
         return yield* Effect.fail(veto)
       })
 
+    const announceNow = (entry: Entry<A, P>): Effect.Effect<void, Cause.Cause<unknown>> => {
+      const before = setPhase(entry, "entered", "announcing")
+      if (Option.isNone(before) || before.value.entry !== entry) {
+        return Effect.dieMessage(`bug: announce of ${entry.key}, which is not live in this registry`)
+      }
+      if (before.value.phase !== "entered") {
+        return Effect.dieMessage(`bug: ${entry.key} was already announced`)
+      }
+      // without hooks (the usual case) no generator runs (B1); the hooks are read once the
+      // creation event is out, as each hook sees the entry announced
+      return Effect.zipRight(
+        events.announced(entry),
+        Effect.suspend(() => (hooks.length === 0 ? settleNow(entry) : runHooks(entry, hooks)))
+      )
+    }
+
+    // uninterruptible: a caller that already is (the factory's publication) pays no mask (B1)
     const announce = (entry: Entry<A, P>): Effect.Effect<void, Cause.Cause<unknown>> =>
-      Effect.uninterruptible(Effect.suspend(() => {
-        const before = setPhase(entry, "entered", "announcing")
-        if (Option.isNone(before) || before.value.entry !== entry) {
-          return Effect.dieMessage(`bug: announce of ${entry.key}, which is not live in this registry`)
-        }
-        if (before.value.phase !== "entered") {
-          return Effect.dieMessage(`bug: ${entry.key} was already announced`)
-        }
-        // without hooks (the usual case) no generator runs (B1)
-        return Effect.zipRight(
-          events.announced(entry),
-          Effect.flatMap(Ref.get(hooks), (running) =>
-            running.length === 0 ? settleAnnounced(entry) : runHooks(entry, running))
-        )
-      }))
+      Effect.withFiberRuntime((_, status) =>
+        RuntimeFlags.interruption(status.runtimeFlags)
+          ? Effect.uninterruptible(Effect.suspend(() => announceNow(entry)))
+          : announceNow(entry)
+      )
 
     const detach = (entry: Entry<A, P>): Effect.Effect<void> =>
       Effect.suspend(() => {
@@ -147,14 +164,14 @@ export const make = <A, P>(events: {
         return live.phase === "announced" ? events.disposed(entry) : Effect.void
       })
 
-    const get = (key: string): Effect.Effect<Option.Option<Entry<A, P>>> =>
-      Effect.sync(() => {
-        const live = slots.get(key)
-        return live === undefined ? Option.none() : Option.some(live.entry)
-      })
+    const unsafeGet = (key: string): Entry<A, P> | undefined => slots.get(key)?.entry
 
-    const isLive = (entry: Entry<A, P>): Effect.Effect<boolean> =>
-      Effect.sync(() => slots.get(entry.key)?.entry === entry)
+    const get = (key: string): Effect.Effect<Option.Option<Entry<A, P>>> =>
+      Effect.sync(() => Option.fromNullable(unsafeGet(key)))
+
+    const unsafeIsLive = (entry: Entry<A, P>): boolean => slots.get(entry.key)?.entry === entry
+
+    const isLive = (entry: Entry<A, P>): Effect.Effect<boolean> => Effect.sync(() => unsafeIsLive(entry))
 
     const entries = Effect.sync(() => {
       const out: Array<Entry<A, P>> = []
@@ -164,9 +181,16 @@ export const make = <A, P>(events: {
 
     const addHook = (run: (value: A) => Effect.Effect<void, unknown>) =>
       Effect.acquireRelease(
-        Effect.sync((): Hook<A> => ({ run })).pipe(Effect.tap((hook) => Ref.update(hooks, (list) => [...list, hook]))),
-        (hook) => Ref.update(hooks, (list) => list.filter((h) => h !== hook))
+        Effect.sync((): Hook<A> => {
+          const hook: Hook<A> = { run }
+          hooks = [...hooks, hook]
+          return hook
+        }),
+        (hook) =>
+          Effect.sync(() => {
+            hooks = hooks.filter((h) => h !== hook)
+          })
       ).pipe(Effect.asVoid)
 
-    return { enter, announce, detach, get, isLive, entries, addHook }
+    return { enter, announce, detach, get, unsafeGet, unsafeEnter, isLive, unsafeIsLive, entries, addHook }
   })
