@@ -17,9 +17,12 @@ import {
   Fiber,
   FiberId,
   FiberRef,
+  FiberRefs,
+  identity,
   Layer,
   Option,
   Runtime,
+  RuntimeFlags,
   Scope,
   Stream
 } from "effect"
@@ -67,6 +70,64 @@ const inCommitRef = FiberRef.unsafeMake(false)
 const ownRef = FiberRef.unsafeMake<ReadonlySet<object>>(new Set())
 
 const withOwn = (build: object) => finalizer.locallyWith(ownRef, (own) => new Set([...own, build]))
+
+/**
+ * The registry-wide critical section of PUB step 4: a `Semaphore(1)` whose uncontended entry costs
+ * two operations instead of a `withPermits`' thirty (B1). It is held by one caller at a time; on
+ * release it passes to the longest waiter. `self` keeps the caller's interruptibility (as with
+ * `withPermits`), and a waiter interrupted while it waits leaves the line.
+ */
+const makeCriticalSection = () => {
+  let held = false
+  const waiting: Array<Deferred.Deferred<void>> = []
+  const release = (): void => {
+    const next = waiting.shift()
+    if (next === undefined) held = false
+    else Deferred.unsafeDone(next, Exit.void)
+  }
+  // runs uninterruptibly from taking the section to installing the release
+  const holding = <A, E, R>(self: Effect.Effect<A, E, R>) =>
+    Effect.matchCauseEffect(self, {
+      onFailure: (cause) => {
+        release()
+        return Effect.failCause(cause)
+      },
+      onSuccess: (value) => {
+        release()
+        return Effect.succeed(value)
+      }
+    })
+  const enter = <A, E, R>(
+    self: Effect.Effect<A, E, R>,
+    restore: <X, EX, RX>(effect: Effect.Effect<X, EX, RX>) => Effect.Effect<X, EX, RX>
+  ): Effect.Effect<A, E, R> => {
+    if (!held) {
+      held = true
+      return holding(restore(self))
+    }
+    const turn = Deferred.unsafeMake<void>(FiberId.none)
+    waiting.push(turn)
+    return Effect.zipRight(
+      restore(Deferred.await(turn)).pipe(
+        Effect.onInterrupt(() =>
+          Effect.sync(() => {
+            const at = waiting.indexOf(turn)
+            // still in line: leave it; already handed the section: pass it on
+            if (at >= 0) waiting.splice(at, 1)
+            else release()
+          })
+        )
+      ),
+      holding(restore(self))
+    )
+  }
+  return <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.withFiberRuntime((_, status) =>
+      RuntimeFlags.interruption(status.runtimeFlags)
+        ? Effect.uninterruptibleMask((restore) => Effect.suspend(() => enter(self, restore)))
+        : enter(self, identity)
+    )
+}
 
 /**
  * The AgentLoop service: the factory it installed, for users that want to call it directly.
@@ -153,14 +214,25 @@ type Abort = AgentError.AgentLoopInactive | AgentError.AgentCreationVetoed
 /** What a creation built, for the transaction and the teardown. */
 interface Build {
   readonly id: SessionId
-  readonly agentScope: Scope.CloseableScope
+  /**
+   * Setup's resources and child agents: made on first use (most agents have neither, B1), closed
+   * by the teardown only. Once the teardown passed it, a Scope made late is made closed.
+   */
+  agentScope: Scope.CloseableScope | undefined
+  isAgentScopeClosed: boolean
+  /** The writer and the session's resources: closed by the teardown only. */
   readonly sessionScope: Scope.CloseableScope
   readonly link: Scope.CloseableScope
   /** What an owner runs to dispose it: the owner Scope's link and the factory's close (FAC-04). */
   release: Effect.Effect<void>
   /** The identity of this creation and its teardown in `ownRef`. */
   readonly own: object
-  /** The teardown's outcome, made when the teardown starts (LIFE-02). */
+  /** The teardown's outcome once it finished (LIFE-02): what every owner gets. */
+  outcome: Exit.Exit<void, AgentError.AgentDisposeError> | undefined
+  /**
+   * The same outcome for owners that arrive while the teardown runs: made by the first of them,
+   * completed when it finishes (a teardown that finishes at once, the usual case, needs none).
+   */
   done: Deferred.Deferred<Exit.Exit<void, AgentError.AgentDisposeError>> | undefined
   /** Set (first reason wins) when the creation must stop before it enters (PUB-06, FAC-04). */
   aborted: Abort | undefined
@@ -214,7 +286,8 @@ export const make: Effect.Effect<
   const globalTools = yield* Effect.serviceOption(Tool.ToolRegistry)
   const globalHooks = yield* Effect.serviceOption(Tool.LoopHooks)
   const runtime = yield* Effect.runtime<never>()
-  const critical = yield* Effect.makeSemaphore(1)
+  const teardownRuntime = Runtime.disableRuntimeFlag(runtime, RuntimeFlags.Interruption)
+  const critical = makeCriticalSection()
   // creations in flight, and what the factory's finalizer awaits until none is left (plain cells:
   // each change is one synchronous step)
   let inFlight = 0
@@ -253,8 +326,12 @@ export const make: Effect.Effect<
         const stopped = yield* Effect.exit(build.driver.stop)
         if (Exit.isFailure(stopped)) failures.push(stopped.cause)
       }
-      const agentScopeClosed = yield* Effect.exit(Scope.close(build.agentScope, Exit.void))
-      if (Exit.isFailure(agentScopeClosed)) failures.push(agentScopeClosed.cause)
+      const agentScope = build.agentScope
+      build.isAgentScopeClosed = true
+      if (agentScope !== undefined) {
+        const agentScopeClosed = yield* Effect.exit(Scope.close(agentScope, Exit.void))
+        if (Exit.isFailure(agentScopeClosed)) failures.push(agentScopeClosed.cause)
+      }
       if (build.agentEntry !== undefined) yield* publisher.detach(build.agentEntry)
       if (build.feed !== undefined) {
         yield* build.feed.publish(AgentEvent.AgentDisposed({ agent: build.id }))
@@ -279,31 +356,54 @@ export const make: Effect.Effect<
    * awaits its outcome (LIFE-02) — unless this fiber chain runs this agent's own creation or
    * teardown, which the teardown itself awaits: then it only starts it.
    */
-  const teardown = (build: Build, publisher: AgentPublisher) =>
-    Effect.withFiberRuntime<void, AgentError.AgentDisposeError>((fiber) => {
-      let done = build.done
-      if (done === undefined) {
-        build.started = true
-        done = build.done = Deferred.unsafeMake(fiber.id())
-        const teardownFiber = Runtime.runFork(runtime)(
-          teardownSteps(build, publisher).pipe(
-            Effect.flatMap((exit) => Deferred.succeed(done!, exit)),
-            Effect.zipRight(Scope.close(build.link, Exit.void)),
-            withOwn(build.own),
-            Effect.uninterruptible
-          )
-        )
+  const startTeardown = (
+    fiber: Fiber.RuntimeFiber<unknown, unknown>,
+    build: Build,
+    publisher: AgentPublisher
+  ): Effect.Effect<void, AgentError.AgentDisposeError> => {
+    if (!build.started) {
+      build.started = true
+      // Uninterruptible from its first instruction, and in the teardown's `ownRef` region for its
+      // whole life (the fiber ends with it): both set at the fork, without an operation (B1).
+      const teardownFiber = Runtime.runFork(teardownRuntime)(
+        Effect.flatMap(teardownSteps(build, publisher), (exit) => {
+          // the outcome and the owners' wake-up in one synchronous step: none is missed
+          build.outcome = exit
+          if (build.done !== undefined) Deferred.unsafeDone(build.done, Exit.succeed(exit))
+          return Scope.close(build.link, Exit.void)
+        }),
+        {
+          updateRefs: (refs, fiberId) =>
+            FiberRefs.updateAs(refs, {
+              fiberId,
+              fiberRef: ownRef,
+              value: new Set([...FiberRefs.getOrDefault(refs, ownRef), build.own])
+            })
+        }
+      )
+      // a teardown with nothing to wait for has already finished here
+      if (teardownFiber.unsafePoll() === null) {
         teardownFibers.add(teardownFiber)
         teardownFiber.addObserver(() => teardownFibers.delete(teardownFiber))
       }
-      return fiber.getFiberRef(ownRef).has(build.own) ? Effect.void : Effect.flatten(Deferred.await(done))
-    })
+    }
+    if (fiber.getFiberRef(ownRef).has(build.own)) return Effect.void
+    // the outcome, once known, is the Exit itself (an Exit is an Effect): no await needed
+    if (build.outcome !== undefined) return build.outcome
+    return Effect.flatten(Deferred.await(build.done ??= Deferred.unsafeMake(fiber.id())))
+  }
+
+  const teardown = (build: Build, publisher: AgentPublisher) =>
+    Effect.withFiberRuntime<void, AgentError.AgentDisposeError>((fiber) => startTeardown(fiber, build, publisher))
 
   /** What owners' finalizers run: they cannot fail, so they log a failed teardown. */
-  const ownerFinalizer = (build: Build, publisher: AgentPublisher) =>
-    teardown(build, publisher).pipe(
-      Effect.catchAll((error) => Effect.logWarning(`agent ${build.id}: teardown failed`, error))
-    )
+  const ownerFinalizer = (build: Build, publisher: AgentPublisher): Effect.Effect<void> =>
+    Effect.withFiberRuntime((fiber) => {
+      const outcome = startTeardown(fiber, build, publisher)
+      // nothing to await, or a teardown that already succeeded: no handler needed (B1)
+      if (outcome === Effect.void || (Exit.isExit(outcome) && Exit.isSuccess(outcome))) return Effect.void
+      return Effect.catchAll(outcome, (error) => Effect.logWarning(`agent ${build.id}: teardown failed`, error))
+    })
 
   // ---------------------------------------------------------------------------------------------
   // building an agent
@@ -317,7 +417,8 @@ export const make: Effect.Effect<
     publisher: AgentPublisher
   ) =>
     Effect.gen(function*() {
-      const feed = yield* Feed.make<AgentEvent>()
+      // plain constructors: the feed and the driver only allocate (B1)
+      const feed = Feed.makeUnsafe<AgentEvent>()
       build.feed = feed
       // every live event names the initiator of the fiber chain that caused it, when there is one (§6)
       const emit = (event: AgentEvent) =>
@@ -341,7 +442,7 @@ export const make: Effect.Effect<
           : Effect.map(own, (perAgent) => internalTools.resolveTools([], perAgent))
       })
       let agent: Agent | undefined
-      const driver = yield* Driver.make({
+      const driver = Driver.unsafeMake({
         id: build.id,
         session,
         inbox,
@@ -368,7 +469,10 @@ export const make: Effect.Effect<
       const spawn: Agent["spawn"] = (spawnOptions) =>
         Effect.suspend(() =>
           driver.isActive()
-            ? registry.create({ ...spawnOptions, parentAgent: agent! }).pipe(Scope.extend(build.agentScope))
+            ? Effect.flatMap(
+              agentScopeOf(build),
+              (agentScope) => registry.create({ ...spawnOptions, parentAgent: agent! }).pipe(Scope.extend(agentScope))
+            )
             : Effect.fail(inactiveError())
         )
       const fork: Agent["fork"] = ({ childId, upTo, ...rest }) =>
@@ -447,48 +551,66 @@ export const make: Effect.Effect<
     collision: () => C,
     publisher: AgentPublisher,
     restore: <A, E2, R>(effect: Effect.Effect<A, E2, R>) => Effect.Effect<A, E2, R>
-  ) =>
-    Effect.gen(function*() {
-      const agent = build.agent!
-      yield* critical.withPermits(1)(
-        Effect.gen(function*() {
-          yield* stillWanted(build)
-          if (commit !== undefined) yield* restore(Effect.locally(commit, inCommitRef, true))
-          yield* stillWanted(build)
-          build.sessionEntry = yield* store.enter(session).pipe(Effect.mapError(collision))
-          build.agentEntry = yield* publisher.enter(agent, Option.fromNullable(parentAgent)).pipe(
-            Effect.mapError(collision)
-          )
-          build.entered = true
+  ): Effect.Effect<void, E | C | Abort | AgentError.AgentCreationVetoed> => {
+    const agent = build.agent!
+    const enterBoth = Effect.matchEffect(store.enter(session), {
+      onFailure: () => Effect.fail(collision()),
+      onSuccess: (sessionEntry) => {
+        build.sessionEntry = sessionEntry
+        return Effect.matchEffect(publisher.enter(agent, Option.fromNullable(parentAgent)), {
+          onFailure: () => Effect.fail(collision()),
+          onSuccess: (agentEntry) => {
+            build.agentEntry = agentEntry
+            build.entered = true
+            return Effect.void
+          }
+        })
+      }
+    })
+    // the abort checks are plain reads; without a commit nothing runs between them, so one is enough
+    const section = Effect.suspend((): Effect.Effect<void, E | C | Abort> => {
+      const before = unwanted(build)
+      if (before !== undefined) return Effect.fail(before)
+      if (commit === undefined) return enterBoth
+      return Effect.zipRight(
+        restore(Effect.locally(commit, inCommitRef, true)),
+        Effect.suspend((): Effect.Effect<void, C | Abort> => {
+          const after = unwanted(build)
+          return after === undefined ? enterBoth : Effect.fail(after)
         })
       )
-      // publication: uninterruptible from here on (PUB-06); a teardown requested meanwhile waits for it
-      const announced = yield* Effect.exit(
-        Effect.gen(function*() {
-          yield* store.announce(build.sessionEntry!).pipe(
-            Effect.mapError((error) => new AgentError.AgentCreationVetoed({ id: build.id, cause: error.cause }))
-          )
-          yield* publisher.announce(build.agentEntry!, source)
-        }).pipe(finalizer.locallyWith(publishingRef, () => Option.some(build.id)))
-      )
-      if (Exit.isFailure(announced)) {
-        yield* build.driver!.open(false)
-        return yield* Effect.failCause(announced.cause)
-      }
-      if (build.started) {
-        // an owner closed while the hooks ran: the creation rolls back instead of returning a dead agent
-        yield* build.driver!.open(false)
-        return yield* Effect.fail(inactive(build))
-      }
-      build.published = true
-      yield* build.driver!.open(true)
     })
+    // publication: uninterruptible from here on (PUB-06); a teardown requested meanwhile waits for it
+    const announce = (sessionEntry: SessionEntry, agentEntry: AgentEntry) =>
+      Effect.zipRight(
+        store.announce(sessionEntry).pipe(
+          Effect.mapError((error) => new AgentError.AgentCreationVetoed({ id: build.id, cause: error.cause }))
+        ),
+        publisher.announce(agentEntry, source)
+      ).pipe(finalizer.locallyWith(publishingRef, () => Option.some(build.id)))
+    return Effect.flatMap(critical(section), () =>
+      Effect.matchCauseEffect(announce(build.sessionEntry!, build.agentEntry!), {
+        onFailure: (cause) => Effect.zipRight(build.driver!.open(false), Effect.failCause(cause)),
+        onSuccess: () => {
+          if (build.started) {
+            // an owner closed while the hooks ran: the creation rolls back instead of returning a dead agent
+            return Effect.zipRight(build.driver!.open(false), Effect.fail(inactive(build)))
+          }
+          build.published = true
+          return build.driver!.open(true)
+        }
+      }))
+  }
+
+  /** Why the creation must stop: the factory closed, or the creation was aborted (its teardown began). */
+  const unwanted = (build: Build): Abort | undefined =>
+    build.aborted ?? (active ? undefined : new AgentError.AgentLoopInactive())
 
   /** Fails when the factory closed or the creation was aborted (its teardown began). */
   const stillWanted = (build: Build): Effect.Effect<void, Abort> =>
     Effect.suspend(() => {
-      if (build.aborted !== undefined) return Effect.fail(build.aborted)
-      return active ? Effect.void : Effect.fail(new AgentError.AgentLoopInactive())
+      const abort = unwanted(build)
+      return abort === undefined ? Effect.void : Effect.fail(abort)
     })
 
   /** Runs `effect` in one child fiber that an abort interrupts, and fails with the abort's reason. */
@@ -517,10 +639,15 @@ export const make: Effect.Effect<
     )
 
   /**
-   * Step 0 of the transaction: the three Scopes forked from the owner in order (agentScope,
-   * sessionScope, link); the factory keeps the agent in `live` for its own close. Runs in the
-   * creation's `ownRef` region: if the owner is already closed, the link's finalizer runs at once
-   * and must not await the teardown.
+   * Step 0 of the transaction: the session Scope, and the `link` forked from the owner, whose only
+   * finalizer starts or awaits the teardown; the factory keeps the agent in `live` for its own
+   * close. The session and agent Scopes are not forked from the owner: only the teardown closes
+   * them, in LIFE-01 order, whatever the owner's finalization strategy (an owner closing forks in
+   * parallel would otherwise close them beside the teardown), and a closed fork of the owner costs
+   * its removal from the owner (B1). The owner's close reaches them through the link, first.
+   * Runs in the creation's `ownRef` region: if the owner is already closed, the link's finalizer
+   * runs at once (the creation is aborted before it acquires anything) and must not await the
+   * teardown.
    */
   const makeBuild = (
     id: SessionId,
@@ -529,17 +656,18 @@ export const make: Effect.Effect<
     own: object
   ) =>
     Effect.gen(function*() {
-      const agentScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
-      const sessionScope = yield* Scope.fork(owner, ExecutionStrategy.sequential)
+      const sessionScope = yield* Scope.make(ExecutionStrategy.sequential)
       const link = yield* Scope.fork(owner, ExecutionStrategy.sequential)
       const build: Build = {
         id,
-        agentScope,
+        agentScope: undefined,
+        isAgentScopeClosed: false,
         sessionScope,
         link,
         release: Effect.void,
         own,
         done: undefined,
+        outcome: undefined,
         aborted: undefined,
         creating: undefined,
         isSettled: false,
@@ -565,46 +693,70 @@ export const make: Effect.Effect<
       return build
     })
 
-  /** Leaves the count of creations in flight; the last one out wakes the factory's close (FAC-04). */
-  const leaveInFlight = Effect.suspend(() => {
-    inFlight--
-    return inFlight === 0 && drained !== undefined ? Deferred.succeed(drained, undefined) : Effect.void
-  })
+  /**
+   * The agent Scope, made on first use (setup, `spawn`). Once the teardown passed it, the Scope is
+   * made closed, so what is acquired into it is released at once (as in a closed fork).
+   */
+  const agentScopeOf = (build: Build): Effect.Effect<Scope.Scope> =>
+    Effect.suspend(() => {
+      if (build.agentScope !== undefined) return Effect.succeed(build.agentScope)
+      return Effect.flatMap(Scope.make(ExecutionStrategy.sequential), (made) => {
+        // another fiber made one meanwhile: keep that one
+        if (build.agentScope !== undefined) return Effect.as(Scope.close(made, Exit.void), build.agentScope)
+        build.agentScope = made
+        return build.isAgentScopeClosed ? Effect.as(Scope.close(made, Exit.void), made) : Effect.succeed(made)
+      })
+    })
 
-  const guardEntry = Effect.gen(function*() {
-    if (yield* FiberRef.get(inCommitRef)) {
-      return yield* Effect.dieMessage("an agent was created from inside a commit, which would deadlock the registry")
+  /** Leaves the count of creations in flight; the last one out wakes the factory's close (FAC-04). */
+  const leaveInFlight = (): void => {
+    inFlight--
+    if (inFlight === 0 && drained !== undefined) Deferred.unsafeDone(drained, Exit.void)
+  }
+
+  /** The attempt finished: a teardown waiting for it may proceed. */
+  const settle = (build: Build): void => {
+    build.isSettled = true
+    if (build.settled !== undefined) Deferred.unsafeDone(build.settled, Exit.void)
+  }
+
+  /**
+   * Why a create or resume is refused before it starts: from inside a commit it would deadlock the
+   * registry (a defect), and a closed factory makes nothing. Read in the caller's operation (B1).
+   */
+  const refusal = (
+    fiber: Fiber.RuntimeFiber<unknown, unknown>
+  ): Effect.Effect<never, AgentError.AgentLoopInactive> | undefined => {
+    if (fiber.getFiberRef(inCommitRef)) {
+      return Effect.dieMessage("an agent was created from inside a commit, which would deadlock the registry")
     }
-    if (!active) return yield* new AgentError.AgentLoopInactive()
-  })
+    return active ? undefined : Effect.fail(new AgentError.AgentLoopInactive())
+  }
 
   /**
    * Runs the user's setup so that an abort stops it at once (it may wait on anything). The steps
-   * before it are the library's own and finite: an abort during them is seen by `stillWanted` right
-   * after them (B1: no fiber is forked for a creation without setup).
+   * before it are the library's own and finite: an abort during them is seen right after them
+   * (B1: no fiber is forked for a creation without setup, whose next check is the critical section's).
    */
   const runSetup = <E, R>(build: Build, setup: Setup<E, R> | undefined, view: AgentSetup) =>
-    Effect.zipRight(
+    setup === undefined ? Effect.succeed(undefined) : Effect.zipRight(
       stillWanted(build),
-      setup === undefined ? Effect.succeed(undefined) : abortable(
+      abortable(
         build,
-        Effect.map(
-          finalizer.extendScope(setup(view), build.agentScope),
-          (result) => (result === undefined ? undefined : result.commit)
-        )
+        Effect.flatMap(agentScopeOf(build), (agentScope) =>
+          Effect.map(
+            finalizer.extendScope(setup(view), agentScope),
+            (result) => (result === undefined ? undefined : result.commit)
+          ))
       )
     )
 
   const handleOf = (build: Build, publisher: AgentPublisher): AgentHandle => ({
     agent: build.agent!,
-    dispose: Effect.suspend(() =>
-      FiberRef.get(inCommitRef).pipe(
-        Effect.flatMap((inCommit) =>
-          inCommit
-            ? Effect.dieMessage("an agent was disposed from inside a commit, which would deadlock the registry")
-            : teardown(build, publisher)
-        )
-      )
+    dispose: Effect.withFiberRuntime((fiber) =>
+      fiber.getFiberRef(inCommitRef)
+        ? Effect.dieMessage("an agent was disposed from inside a commit, which would deadlock the registry")
+        : startTeardown(fiber, build, publisher)
     )
   })
 
@@ -622,65 +774,107 @@ export const make: Effect.Effect<
       restore: <X, EX, RX>(effect: Effect.Effect<X, EX, RX>) => Effect.Effect<X, EX, RX>
     ) => Effect.Effect<A, E, R>
   ) =>
-    Effect.uninterruptibleMask((restore) =>
-      Effect.suspend((): Effect.Effect<A, E | AgentError.AgentLoopInactive, R> => {
-        if (!active) return Effect.fail(new AgentError.AgentLoopInactive())
-        inFlight++
-        const attempt = Effect.gen(function*() {
-          const own = {}
-          const [build, exit] = yield* Effect.gen(function*() {
-            const build = yield* makeBuild(id, owner, publisher, own)
-            return [build, yield* Effect.exit(body(build, restore))] as const
-          }).pipe(withOwn(own))
-          build.isSettled = true
-          if (build.settled !== undefined) yield* Deferred.succeed(build.settled, undefined)
-          if (Exit.isSuccess(exit)) return exit.value
-          yield* teardown(build, publisher).pipe(Effect.ignore)
-          return yield* Effect.failCause(exit.cause)
-        })
-        // uninterruptible throughout, so leaving the count needs no acquire/release (B1)
-        return Effect.matchCauseEffect(attempt, {
-          onFailure: (cause) => Effect.zipRight(leaveInFlight, Effect.failCause(cause)),
-          onSuccess: (value) => Effect.as(leaveInFlight, value)
-        })
-      })
-    )
+    // the mask's body runs when the effect runs, already uninterruptible: no suspend needed (B1)
+    Effect.uninterruptibleMask((restore): Effect.Effect<A, E | AgentError.AgentLoopInactive, R> => {
+      if (!active) return Effect.fail(new AgentError.AgentLoopInactive())
+      inFlight++
+      const own = {}
+      let build: Build | undefined
+      // uninterruptible throughout, so leaving the count needs no acquire/release (B1)
+      return Effect.matchCauseEffect(
+        withOwn(own)(Effect.flatMap(makeBuild(id, owner, publisher, own), (made) => {
+          build = made
+          return body(made, restore)
+        })),
+        {
+          onFailure: (cause) => {
+            if (build === undefined) {
+              leaveInFlight()
+              return Effect.failCause(cause)
+            }
+            settle(build)
+            return Effect.zipRight(
+              Effect.ignore(teardown(build, publisher)),
+              Effect.suspend(() => {
+                leaveInFlight()
+                return Effect.failCause(cause)
+              })
+            )
+          },
+          onSuccess: (value) => {
+            settle(build!)
+            leaveInFlight()
+            return Effect.succeed(value)
+          }
+        }
+      )
+    })
 
   // ---------------------------------------------------------------------------------------------
   // create (PUB) and resume (RES)
 
-  const create = <E, R>(options: CreateOptions<E, R>, owner: Scope.Scope, publisher: AgentPublisher) =>
-    Effect.gen(function*() {
-      yield* guardEntry
-      const id = yield* Message.sessionId(options.sessionId)
-      const agentOptions = yield* validateOptions(options.options)
+  /**
+   * Fails with `collision()` when `id` is live in the registry, else runs `then`: a plain read for
+   * a registry built here (B1), an effect for one built elsewhere.
+   */
+  const unlessLive = <A, E, R, C>(
+    id: SessionId,
+    collision: () => C,
+    then: Effect.Effect<A, E, R>
+  ): Effect.Effect<A, E | C, R> => {
+    const live = internalRegistry.unsafeLookup(registry, id)
+    if (live === undefined) {
+      return Effect.flatMap(
+        internalRegistry.lookup(registry, id),
+        (found): Effect.Effect<A, E | C, R> => (Option.isSome(found) ? Effect.fail(collision()) : then)
+      )
+    }
+    return Option.isSome(live) ? Effect.fail(collision()) : then
+  }
+
+  const create = <E, R>(
+    options: CreateOptions<E, R>,
+    owner: Scope.Scope,
+    publisher: AgentPublisher
+  ): Effect.Effect<AgentHandle, AgentError.CreateError | E, Exclude<R, Scope.Scope>> =>
+    // the checks before the transaction are plain reads in one operation (B1)
+    Effect.withFiberRuntime((fiber) => {
+      const refused = refusal(fiber)
+      if (refused !== undefined) return refused
+      const parsedId = Message.sessionId(options.sessionId)
+      if (Either.isLeft(parsedId)) return Effect.fail(parsedId.left)
+      const id = parsedId.right
+      const validated = validateOptions(options.options)
+      if (Either.isLeft(validated)) return Effect.fail(validated.left)
+      const agentOptions = validated.right
       if (options.seed !== undefined && options.fork !== undefined) {
-        return yield* new AgentError.InvalidAgentOptions({ reason: "give either a seed or a fork, not both" })
+        return Effect.fail(new AgentError.InvalidAgentOptions({ reason: "give either a seed or a fork, not both" }))
       }
       if (options.seed !== undefined && Option.isSome(Repair.isInsideOpenTurn(options.seed, options.seed.length))) {
-        return yield* new AgentError.InvalidAgentOptions({ reason: "the seed ends inside an open turn" })
+        return Effect.fail(new AgentError.InvalidAgentOptions({ reason: "the seed ends inside an open turn" }))
       }
-      if (Option.isSome(yield* internalRegistry.lookup(registry, id))) {
-        return yield* new AgentError.AgentAlreadyExists({ id, where: "live" })
-      }
-      return yield* transaction(id, owner, publisher, (build, restore) =>
-        Effect.gen(function*() {
-          const { session, commit, parentAgent } = yield* restore(Effect.zipRight(
-            stillWanted(build),
-            Effect.gen(function*() {
+      const collision = () => new AgentError.AgentAlreadyExists({ id, where: "live" })
+      return unlessLive(
+        id,
+        collision,
+        transaction(id, owner, publisher, (build, restore) =>
+          Effect.flatMap(
+            // steps 1–3 run with the session Scope as their Scope (the writer is acquired into it),
+            // entered outside `restore`, where it needs no mask (B1); setup gets the agent Scope
+            finalizer.extendScope(restore(Effect.gen(function*() {
+              const abort = unwanted(build)
+              if (abort !== undefined) return yield* Effect.fail(abort)
               const planned = yield* store.prepare({
                 sessionId: id,
                 meta: options.meta,
                 seed: options.seed,
                 fork: options.fork
               }).pipe(
-                Effect.catchTag("SessionAlreadyLive", () =>
-                  Effect.fail(new AgentError.AgentAlreadyExists({ id, where: "live" })))
+                Effect.catchTag("SessionAlreadyLive", () => Effect.fail(collision()))
               )
               let writer: SessionWriter | undefined
               if (Option.isSome(persistence)) {
-                const created = finalizer.extendScope(persistence.value.create(planned.header), build.sessionScope)
-                writer = yield* created.pipe(
+                writer = yield* persistence.value.create(planned.header).pipe(
                   Effect.catchTags({
                     SessionAlreadyExists: () => Effect.fail(new AgentError.AgentAlreadyExists({ id, where: "stored" })),
                     SessionLocked: () => Effect.fail(new AgentError.AgentAlreadyExists({ id, where: "locked" }))
@@ -697,26 +891,20 @@ export const make: Effect.Effect<
               )
               const commit = yield* runSetup(build, options.setup, built.setupView)
               return { session, commit, parentAgent: built.parentAgent }
-            })
-          ))
-          yield* publish(
-            build,
-            session,
-            commit,
-            parentAgent,
-            "startup",
-            () => new AgentError.AgentAlreadyExists({ id, where: "live" }),
-            publisher,
-            restore
+            })), build.sessionScope),
+            ({ commit, parentAgent, session }) =>
+              Effect.as(
+                publish(build, session, commit, parentAgent, "startup", collision, publisher, restore),
+                handleOf(build, publisher)
+              )
           )
-          return handleOf(build, publisher)
-        })
+        )
       )
     })
 
   const resume = <E, R>(options: ResumeOptions<E, R>, owner: Scope.Scope, publisher: AgentPublisher) =>
     Effect.gen(function*() {
-      yield* guardEntry
+      yield* Effect.withFiberRuntime<void, AgentError.AgentLoopInactive>((fiber) => refusal(fiber) ?? Effect.void)
       const id = yield* Message.sessionId(options.sessionId)
       const agentOptions = yield* validateOptions(options.options)
       if (Option.isNone(persistence)) return yield* new AgentError.PersistenceNotConfigured({ id })

@@ -312,6 +312,65 @@ describe("AgentLoop create (PUB)", () => {
       }).pipe(Effect.provide(rt.context))
     }))
 
+  it.scoped("PUB-04 step 4 the critical section is registry-wide: commits never overlap, and an interrupted holder passes it on", () =>
+    Effect.gen(function*() {
+      const rt = yield* makeRuntime([])
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const trace = yield* Ref.make<ReadonlyArray<string>>([])
+        const inCommit = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        // the holder's commit waits inside the section until released
+        const holder = (id: string) =>
+          registry.create({
+            sessionId: id,
+            setup: () =>
+              Effect.succeed({
+                commit: Effect.zipRight(
+                  note(trace, `${id} commit start`),
+                  Effect.zipRight(pass(inCommit, release), note(trace, `${id} commit end`))
+                )
+              })
+          })
+        // the other creations have reached the section when their setup signals
+        const waiter = (id: string, setupDone: Deferred.Deferred<void>) =>
+          registry.create({
+            sessionId: id,
+            setup: () =>
+              Effect.as(Deferred.succeed(setupDone, undefined), { commit: note(trace, `${id} commit`) })
+          })
+        const a = yield* Effect.fork(Effect.scoped(Effect.asVoid(holder("a"))))
+        yield* Deferred.await(inCommit)
+        const bSetup = yield* Deferred.make<void>()
+        const b = yield* Effect.fork(Effect.scoped(Effect.asVoid(waiter("b", bSetup))))
+        yield* Deferred.await(bSetup)
+        for (let i = 0; i < 10; i++) yield* Effect.yieldNow()
+        assert.isTrue(Option.isNone(yield* registry.get("b")), "b waits for the section")
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(a)
+        yield* Fiber.join(b)
+        assert.deepStrictEqual(yield* Ref.get(trace), ["a commit start", "a commit end", "b commit"])
+
+        // a holder interrupted inside its commit rolls back and hands the section to the next one
+        const inCommit2 = yield* Deferred.make<void>()
+        const c = yield* Effect.fork(registry.create({
+          sessionId: "c",
+          setup: () => Effect.succeed({ commit: Effect.zipRight(Deferred.succeed(inCommit2, undefined), Effect.never) })
+        }))
+        yield* Deferred.await(inCommit2)
+        const dSetup = yield* Deferred.make<void>()
+        const d = yield* Effect.fork(waiter("d", dSetup))
+        yield* Deferred.await(dSetup)
+        for (let i = 0; i < 10; i++) yield* Effect.yieldNow()
+        assert.isTrue(Option.isNone(yield* registry.get("d")), "d waits for the section")
+        assert.isTrue(Exit.isInterrupted(yield* Fiber.interrupt(c)))
+        const handle = yield* Fiber.join(d)
+        assert.strictEqual(handle.agent.id, "d")
+        assert.isTrue(Option.isNone(yield* registry.get("c")))
+        yield* handle.dispose
+      }).pipe(Effect.provide(rt.context))
+    }))
+
   it.scoped("PUB-06 closing the owner Scope during setup stops the creation at once and rolls it back; the close awaits it", () =>
     Effect.gen(function*() {
       const rt = yield* makeRuntime([])
