@@ -1,6 +1,7 @@
 /**
- * The AgentRegistry: the Ref-backed service of live agents, with atomic publication, ownership
- * queries, lifecycle events, the factory slot and the initiator (SPEC §6).
+ * The AgentRegistry: the service of live agents (each change of its state is one atomic step),
+ * with atomic publication, ownership queries, lifecycle events, the factory slot and the initiator
+ * (SPEC §6).
  *
  * @since 0.1.0
  */

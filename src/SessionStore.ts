@@ -1,7 +1,7 @@
 /**
- * The SessionStore: the Ref-backed service of the sessions live in this process, with lifecycle
- * events, vetoing `onCreated` hooks and the low-level lifecycle the factory uses (prepare / enter /
- * announce / detach), STORE-01..06 and FORK-01's seed computation.
+ * The SessionStore: the service of the sessions live in this process (each change one atomic
+ * step), with lifecycle events, vetoing `onCreated` hooks and the low-level lifecycle the factory
+ * uses (prepare / enter / announce / detach), STORE-01..06 and FORK-01's seed computation.
  *
  * @since 0.1.0
  */
