@@ -10,6 +10,9 @@
  * SQL persistence on SQLite (`synchronous = FULL`, one database): the layer commits the batches of
  * every session waiting at once in one transaction. The raw reference is better-sqlite3 alone
  * inserting the same record, one row per transaction and 64 rows per transaction.
+ *
+ * And 64 sessions on memory persistence (no I/O at all): what the session machinery itself allows on
+ * this machine, the ceiling of any storage's 64-session figure.
  */
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import Sqlite from "better-sqlite3"
@@ -121,6 +124,12 @@ export const scenario: Scenario = {
       const sqlPerSession = 50
       yield* onSqlite("warm", 8, 50)
       rawSqlite(rawFile, "warm", 50, 8)
+      const memoryLayer = Layer.unwrapEffect(
+        Effect.map(SessionPersistence.makeMemoryStorage, (storage) => SessionPersistence.layerMemory(storage))
+      )
+      const onMemory = (round: string) =>
+        appendAll(round, 64, 1, perSession).pipe(Effect.provide(memoryLayer), Effect.orDie)
+      const memoryMany: Array<number> = []
       const sqlOne: Array<number> = []
       const sqlMany: Array<number> = []
       const rawSqlOne: Array<number> = []
@@ -141,10 +150,12 @@ export const scenario: Scenario = {
         rawSqlOne.push(rawSqlite(rawFile, `one-${r}`, sqlSingle, 1))
         sqlMany.push(yield* onSqlite(`many-${r}`, 64, sqlPerSession))
         rawSqlMany.push(rawSqlite(rawFile, `many-${r}`, sqlPerSession, 64))
+        memoryMany.push(yield* onMemory(`memory-${r}`))
         log(
           `B6 round ${r}: files: 1 session ${fmt(one[r]!)}/s (raw ${fmt(rawOne[r]!)}), 64 sessions ${fmt(many[r]!)}/s ` +
             `(raw ${fmt(rawMany[r]!)}), 1 session × 64 appenders ${fmt(grouped[r]!)}/s; SQLite: 1 session ` +
-            `${fmt(sqlOne[r]!)}/s (raw ${fmt(rawSqlOne[r]!)}), 64 sessions ${fmt(sqlMany[r]!)}/s (raw ${fmt(rawSqlMany[r]!)})`
+            `${fmt(sqlOne[r]!)}/s (raw ${fmt(rawSqlOne[r]!)}), 64 sessions ${fmt(sqlMany[r]!)}/s (raw ${fmt(rawSqlMany[r]!)}); ` +
+            `memory, 64 sessions ${fmt(memoryMany[r]!)}/s`
         )
       }
       const cost = (rates: ReadonlyArray<number>) => rates.map((r) => 1 / r)
@@ -203,6 +214,14 @@ export const scenario: Scenario = {
             `(raw 64 rows per transaction / 1 row per transaction: ${fmt(rawSqlSpeedup.median)}×)`,
           peer: "target: 64 sessions ≥20× one session",
           extra: { speedup: sqlSpeedup.median, rawSpeedup: rawSqlSpeedup.median }
+        },
+        {
+          id: "B6",
+          scenario: "appends, memory persistence (no I/O), 64 sessions, concurrent: the session machinery's ceiling",
+          ours: stat(memoryMany),
+          unit: "events/s",
+          notes: `vs 1 fsync'd file session: ${fmt(stat(memoryMany.map((m, i) => m / one[i]!)).median)}×, ` +
+            `vs 1 SQLite session: ${fmt(stat(memoryMany.map((m, i) => m / sqlOne[i]!)).median)}×`
         }
       ]
       return rows
