@@ -190,7 +190,8 @@ const make = (options: Options | undefined) =>
         )
 
       return {
-        append: (events) => append(events).pipe(Effect.withSpan("SqlSessionPersistence.append")),
+        // no span per append (as in the file writer): the commit span, linked to its callers, covers it
+        append,
         nextSeq: Effect.sync(() => state.nextSeq),
         discard
       } satisfies SessionWriter
