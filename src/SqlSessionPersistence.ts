@@ -163,7 +163,11 @@ const make = (options: Options | undefined) =>
             if (seq !== events[0].seq + i) return Effect.fail(conflict(id, seq, events[0].seq + i))
           }
           return commits.submit(held, events).pipe(
-            Effect.flatMap((length) => Effect.sync(() => (state.nextSeq = length)))
+            Effect.flatMap((length) =>
+              Effect.sync(() => {
+                state.nextSeq = length
+              })
+            )
           )
         }))
 
@@ -330,8 +334,9 @@ const make = (options: Options | undefined) =>
  *   flight share the next transaction (group commit across sessions, one sync for all); a batch
  *   that fails its checks (`SessionConflict`) or a statement on its own rows (`PersistenceError`)
  *   fails alone, the others commit.
- * - The layer is scoped: its committer fiber lives in the layer's Scope. Closing it lets the commit
- *   in flight finish and fails appends still waiting (and later ones) with `PersistenceError`.
+ * - The layer is scoped: its committer fiber lives in the layer's Scope. Closing it commits every
+ *   batch accepted before the close (none is dropped) and fails later appends with
+ *   `PersistenceError`.
  * - PERS-03: rows are written in transactions, so nothing is torn: any invalid row fails
  *   `SessionCorrupt` (its `line` is 1 for the header, seq + 2 for an event) and nothing is changed.
  *

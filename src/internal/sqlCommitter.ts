@@ -18,15 +18,16 @@
  * in it gets `PersistenceError`.
  *
  * A submitted batch is waited for uninterruptibly (as the file writer's write is): it is either
- * acknowledged or refused, never left unknown to its session. When the layer's Scope closes, the
- * commit in flight completes and batches still queued are refused with `PersistenceError`.
+ * acknowledged or refused, never left unknown to its session. When the layer's Scope closes, new
+ * batches are refused with `PersistenceError`, and the close waits until every batch accepted
+ * before it is committed (the committer is never interrupted, so none is dropped).
  *
  * @internal
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Array as Arr, Scope } from "effect"
-import { Cause, Clock, Context, Effect, Exit, Option, Queue, Tracer } from "effect"
+import { Cause, Clock, Context, Effect, Exit, Fiber, Option, Queue, Tracer } from "effect"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent } from "../SessionEvent.js"
@@ -53,6 +54,9 @@ interface Pending {
 }
 
 type Outcome = Exit.Exit<number, WriteError>
+
+/** Queued behind the last batch when the layer closes. */
+const STOP = "stop" as const
 
 /** Rows per `INSERT`: 5 parameters each stays far below every driver's parameter limit. */
 const INSERT_CHUNK = 200
@@ -82,7 +86,7 @@ export const make = (options: {
 }): Effect.Effect<Committer, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { sql, ttlMillis } = options
-    const queue = yield* Queue.unbounded<Pending>()
+    const queue = yield* Queue.unbounded<Pending | typeof STOP>()
     let isClosed = false
 
     const storedLengths = (ids: ReadonlyArray<SessionId>) =>
@@ -197,23 +201,32 @@ export const make = (options: {
         })
       )
 
-    // Finalizers run in reverse order: first refuse new batches, then stop the committer (a
-    // commit in flight completes: it is uninterruptible), then refuse what is still queued.
+    // The committer is never interrupted, so no batch it took can be dropped: closing refuses new
+    // batches, then queues `stop` behind the last accepted one and waits until all are committed.
+    const loop = Effect.gen(function*() {
+      while (true) {
+        const first = yield* Queue.take(queue)
+        if (first === STOP) return
+        // lets the fibers woken by the previous commit hand in their next batches first
+        yield* Effect.yieldNow()
+        const batch = [first]
+        let stopping = false
+        for (const next of yield* Queue.takeUpTo(queue, MAX_SESSIONS - 1)) {
+          if (next === STOP) stopping = true
+          else batch.push(next)
+        }
+        yield* commit(batch)
+        if (stopping) return
+      }
+    })
+    const committer = yield* Effect.forkScoped(Effect.uninterruptible(loop))
     yield* Effect.addFinalizer(() =>
-      Effect.flatMap(Queue.takeAll(queue), (left) =>
-        Effect.sync(() => {
-          for (const pending of left) pending.resume(closed(pending.held.id))
-        }))
+      Effect.suspend(() => {
+        isClosed = true
+        queue.unsafeOffer(STOP)
+        return Fiber.await(committer)
+      })
     )
-    yield* Queue.take(queue).pipe(
-      Effect.zipLeft(Effect.yieldNow()),
-      Effect.flatMap((first) => Effect.map(Queue.takeUpTo(queue, MAX_SESSIONS - 1), (rest) => [first, ...rest])),
-      Effect.flatMap((batch) => Effect.uninterruptible(commit(batch))),
-      Effect.forever,
-      Effect.interruptible,
-      Effect.forkScoped
-    )
-    yield* Effect.addFinalizer(() => Effect.sync(() => (isClosed = true)))
 
     const submit = (held: Lease, events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
       Effect.withFiberRuntime<number, WriteError>((fiber) => {
