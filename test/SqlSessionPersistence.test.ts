@@ -371,6 +371,21 @@ const holdConnection = Effect.gen(function*() {
   return Deferred.succeed(gate, undefined).pipe(Effect.zipRight(Fiber.join(holder)))
 })
 
+/**
+ * Appends each batch from its own fiber while the connection is held, so that all of them wait for
+ * the committer together; then lets them go and returns their outcomes in order.
+ */
+const appendTogether = (
+  batches: ReadonlyArray<readonly [SessionPersistence.SessionWriter, Parameters<SessionPersistence.SessionWriter["append"]>[0]]>
+) =>
+  Effect.gen(function*() {
+    const release = yield* holdConnection
+    const appends = yield* Effect.forEach(batches, ([writer, events]) => Effect.fork(Effect.either(writer.append(events))))
+    yield* eventually(allSuspended(appends))
+    yield* release
+    return yield* Effect.forEach(appends, Fiber.join)
+  })
+
 /** Writers of fresh sessions `${prefix}-0` … of one persistence instance, living in the test's Scope. */
 const writersOf = (persistence: SessionPersistence.SessionPersistence["Type"], prefix: string, count: number) =>
   Effect.forEach(Array.from({ length: count }, (_, i) => sid(`${prefix}-${i}`)), (id) =>
@@ -383,11 +398,8 @@ describe("SqlSessionPersistence group commit across sessions on SQLite", () => {
       yield* Effect.gen(function*() {
         const persistence = yield* instance("group")
         const sessions = yield* writersOf(persistence, "group", 8)
-        const release = yield* holdConnection
-        const appends = yield* Effect.forEach(sessions, ({ writer }) => Effect.fork(writer.append(notes(0, 3))))
-        yield* eventually(allSuspended(appends))
-        yield* release
-        yield* Effect.forEach(appends, Fiber.join, { discard: true })
+        const outcomes = yield* appendTogether(sessions.map(({ writer }) => [writer, notes(0, 3)] as const))
+        assert.isTrue(outcomes.every(Either.isRight))
         // Without group commit across sessions this is eight transactions, eight syncs.
         assert.deepStrictEqual(recording.commits(), [8])
         for (const { id, writer } of sessions) {
@@ -414,12 +426,12 @@ describe("SqlSessionPersistence group commit across sessions on SQLite", () => {
           sql.insert({ session_id: stale!.id, seq: 1, event_time: 1, event_type: "test/note", record: "{}" })
         }`
         const earlier = recording.commits().length
-        const release = yield* holdConnection
-        const appends = yield* Effect.forEach([a!, stolen!, stale!, d!], ({ writer }) =>
-          Effect.fork(Effect.either(writer.append(notes(writer === stale!.writer ? 1 : 0, 2)))))
-        yield* eventually(allSuspended(appends))
-        yield* release
-        const [okA, lost, behind, okD] = yield* Effect.forEach(appends, Fiber.join)
+        const [okA, lost, behind, okD] = yield* appendTogether([
+          [a!.writer, notes(0, 2)],
+          [stolen!.writer, notes(0, 2)],
+          [stale!.writer, notes(1, 2)],
+          [d!.writer, notes(0, 2)]
+        ])
         assert.deepStrictEqual(recording.commits().slice(earlier), [4])
         assert.isTrue(okA!._tag === "Right" && okD!._tag === "Right")
         assert.deepStrictEqual(lost, Either.left(new SessionError.SessionConflict({ id: stolen!.id, expectedSeq: 0, actualSeq: 0 })))
@@ -443,11 +455,7 @@ describe("SqlSessionPersistence group commit across sessions on SQLite", () => {
         const broken = sessions[1]!
         yield* sql.unsafe(`CREATE TRIGGER refuse_isolated BEFORE INSERT ON effect_agent_events
           WHEN NEW.session_id = '${broken.id}' BEGIN SELECT RAISE(ABORT, 'injected failure'); END`)
-        const release = yield* holdConnection
-        const appends = yield* Effect.forEach(sessions, ({ writer }) => Effect.fork(Effect.either(writer.append(notes(0, 2)))))
-        yield* eventually(allSuspended(appends))
-        yield* release
-        const outcomes = yield* Effect.forEach(appends, Fiber.join)
+        const outcomes = yield* appendTogether(sessions.map(({ writer }) => [writer, notes(0, 2)] as const))
         assert.deepStrictEqual(recording.commits(), [3])
         assert.deepStrictEqual(outcomes.map((outcome) => Either.isRight(outcome)), [true, false, true])
         const failed = outcomes[1]!
