@@ -18,7 +18,6 @@ import {
   FiberId,
   FiberRef,
   FiberRefs,
-  identity,
   Layer,
   Option,
   Runtime,
@@ -73,9 +72,11 @@ const withOwn = (build: object) => finalizer.locallyWith(ownRef, (own) => new Se
 
 /**
  * The registry-wide critical section of PUB step 4: a `Semaphore(1)` whose uncontended entry costs
- * two operations instead of a `withPermits`' thirty (B1). It is held by one caller at a time; on
- * release it passes to the longest waiter. `self` keeps the caller's interruptibility (as with
- * `withPermits`), and a waiter interrupted while it waits leaves the line.
+ * about three operations instead of a `withPermits`' thirty (B1). It is held by one caller at a
+ * time; on release it passes to the longest waiter. It is entered from an uninterruptible region
+ * (the transaction's): only the wait is made interruptible, by the caller's `restore` (PUB-06: a
+ * creation waiting for the section can be interrupted; it leaves the line, or passes the section
+ * on if it was handed it meanwhile), and `self` restores what it needs itself.
  */
 const makeCriticalSection = () => {
   let held = false
@@ -103,7 +104,7 @@ const makeCriticalSection = () => {
   ): Effect.Effect<A, E, R> => {
     if (!held) {
       held = true
-      return holding(restore(self))
+      return holding(self)
     }
     const turn = Deferred.unsafeMake<void>(FiberId.none)
     waiting.push(turn)
@@ -118,15 +119,14 @@ const makeCriticalSection = () => {
           })
         )
       ),
-      holding(restore(self))
+      holding(self)
     )
   }
-  return <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-    Effect.withFiberRuntime((_, status) =>
-      RuntimeFlags.interruption(status.runtimeFlags)
-        ? Effect.uninterruptibleMask((restore) => Effect.suspend(() => enter(self, restore)))
-        : enter(self, identity)
-    )
+  // the caller is uninterruptible; `restoreWait` (its restore) makes only the wait interruptible
+  return <A, E, R>(
+    self: Effect.Effect<A, E, R>,
+    restoreWait: <X, EX, RX>(effect: Effect.Effect<X, EX, RX>) => Effect.Effect<X, EX, RX>
+  ): Effect.Effect<A, E, R> => Effect.suspend(() => enter(self, restoreWait))
 }
 
 /**
@@ -588,7 +588,7 @@ export const make: Effect.Effect<
         ),
         publisher.announce(agentEntry, source)
       ).pipe(finalizer.locallyWith(publishingRef, () => Option.some(build.id)))
-    return Effect.flatMap(critical(section), () =>
+    return Effect.flatMap(critical(section, restore), () =>
       Effect.matchCauseEffect(announce(build.sessionEntry!, build.agentEntry!), {
         onFailure: (cause) => Effect.zipRight(build.driver!.open(false), Effect.failCause(cause)),
         onSuccess: () => {

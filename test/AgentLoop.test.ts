@@ -371,6 +371,37 @@ describe("AgentLoop create (PUB)", () => {
       }).pipe(Effect.provide(rt.context))
     }))
 
+  it.scoped("PUB-06 a creation waiting for the critical section is interruptible: it rolls back, the holder goes on", () =>
+    Effect.gen(function*() {
+      const rt = yield* makeRuntime([])
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const inCommit = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const a = yield* Effect.fork(Effect.scoped(registry.create({
+          sessionId: "a",
+          setup: () => Effect.succeed({ commit: pass(inCommit, release) })
+        })))
+        yield* Deferred.await(inCommit)
+        const bSetup = yield* Deferred.make<void>()
+        const b = yield* Effect.fork(Effect.scoped(registry.create({
+          sessionId: "b",
+          setup: () => Effect.as(Deferred.succeed(bSetup, undefined), undefined)
+        })))
+        yield* Deferred.await(bSetup)
+        for (let i = 0; i < 10; i++) yield* Effect.yieldNow()
+        // b waits for the section that a holds; interrupting it does not wait for a's commit
+        assert.isTrue(Exit.isInterrupted(yield* Fiber.interrupt(b)))
+        assert.isTrue(Option.isNone(yield* registry.get("b")))
+        assert.isTrue(Option.isNone(yield* Fiber.poll(a)), "a still holds the section")
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(a)
+        // the id b is free again, and the section is free
+        const again = yield* registry.create({ sessionId: "b" })
+        yield* again.dispose
+      }).pipe(Effect.provide(rt.context))
+    }))
+
   it.scoped("PUB-06 closing the owner Scope during setup stops the creation at once and rolls it back; the close awaits it", () =>
     Effect.gen(function*() {
       const rt = yield* makeRuntime([])
