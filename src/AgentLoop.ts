@@ -366,7 +366,10 @@ export const make: Effect.Effect<
       // Uninterruptible from its first instruction, and in the teardown's `ownRef` region for its
       // whole life (the fiber ends with it): both set at the fork, without an operation (B1).
       const teardownFiber = Runtime.runFork(teardownRuntime)(
-        Effect.flatMap(teardownSteps(build, publisher), (exit) => {
+        Effect.flatMap(Effect.exit(teardownSteps(build, publisher)), (result) => {
+          // a defect in a step (a bug, or a publisher that dies) is every owner's outcome too:
+          // none may wait forever
+          const exit: Exit.Exit<void, AgentError.AgentDisposeError> = Exit.isSuccess(result) ? result.value : result
           // the outcome and the owners' wake-up in one synchronous step: none is missed
           build.outcome = exit
           if (build.done !== undefined) Deferred.unsafeDone(build.done, Exit.succeed(exit))
@@ -402,7 +405,8 @@ export const make: Effect.Effect<
       const outcome = startTeardown(fiber, build, publisher)
       // nothing to await, or a teardown that already succeeded: no handler needed (B1)
       if (outcome === Effect.void || (Exit.isExit(outcome) && Exit.isSuccess(outcome))) return Effect.void
-      return Effect.catchAll(outcome, (error) => Effect.logWarning(`agent ${build.id}: teardown failed`, error))
+      // a defect too: the owner's close goes on
+      return Effect.catchAllCause(outcome, (cause) => Effect.logWarning(`agent ${build.id}: teardown failed`, cause))
     })
 
   // ---------------------------------------------------------------------------------------------

@@ -16,7 +16,10 @@ import {
 } from "effect"
 import * as Agent from "../src/Agent.js"
 import * as AgentError from "../src/AgentError.js"
+import * as AgentLoop from "../src/AgentLoop.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
+import type { AgentPublisher } from "../src/AgentRegistry.js"
+import * as internalRegistry from "../src/internal/agentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
 import * as Message from "../src/Message.js"
 import type { SessionId } from "../src/Message.js"
@@ -994,6 +997,24 @@ describe("AgentLoop teardown (LIFE)", () => {
           "writer-released a session-live=false free"
         ])
         yield* handle.dispose
+      }).pipe(Effect.provide(rt.context))
+    }))
+
+  it.scoped("LIFE-02 a teardown step that dies is every owner's outcome: no owner waits forever", () =>
+    Effect.gen(function*() {
+      const rt = yield* makeRuntime([])
+      yield* Effect.gen(function*() {
+        const factory = yield* AgentLoop.AgentLoop
+        // a factory's caller other than the registry: its publisher's detach dies (a bug of its own)
+        const { publisher } = yield* internalRegistry.makeWithPublisher()
+        const dying: AgentPublisher = { ...publisher, detach: () => Effect.dieMessage("detach exploded") }
+        const owner = yield* Scope.make()
+        const handle = yield* factory.create<never, never>({ sessionId: "a" }, owner, dying)
+        const disposed = yield* Effect.exit(handle.dispose)
+        assert.isTrue(Exit.isFailure(disposed) && Cause.isDie(disposed.cause))
+        // a second owner gets the same outcome at once, and the owner's close returns
+        assert.deepStrictEqual(yield* Effect.exit(handle.dispose), disposed)
+        yield* Scope.close(owner, Exit.void)
       }).pipe(Effect.provide(rt.context))
     }))
 
