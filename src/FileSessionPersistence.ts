@@ -21,7 +21,7 @@ import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
 import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
-import { assertSessionId, inWriterScope } from "./internal/writerScope.js"
+import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
 
 /**
  * When an append is acknowledged (PERS-04): `"fsync"` once the data is on disk (appends queued
@@ -315,11 +315,7 @@ const make = (options: Options) =>
             Effect.zipRight(fileLock.release(lockContext, id, owner))
           )
         })).pipe(Effect.withSpan("FileSessionPersistence.discard"))
-        : Effect.fail(
-          new SessionError.PersistenceError({
-            reason: `discard of ${JSON.stringify(id)}: only the writer returned by create may discard its session`
-          })
-        )
+        : discardRefused(id)
 
       return {
         append,

@@ -23,7 +23,7 @@ import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
 import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
-import { assertSessionId, inWriterScope } from "./internal/writerScope.js"
+import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
 
 /**
  * When an append is acknowledged (PERS-04). An append is acknowledged when its transaction
@@ -187,11 +187,7 @@ const make = (options: Options | undefined) =>
               Effect.fail(persistenceError(`discarding session ${JSON.stringify(id)}`)(error)))
           )
         })).pipe(Effect.withSpan("SqlSessionPersistence.discard"))
-        : Effect.fail(
-          new SessionError.PersistenceError({
-            reason: `discard of ${JSON.stringify(id)}: only the writer returned by create may discard its session`
-          })
-        )
+        : discardRefused(id)
 
       return {
         // no span per append (as in the file writer): the commit span, linked to its callers, covers it

@@ -4,7 +4,9 @@
  * @internal
  */
 import { Effect, Either, ExecutionStrategy, Exit, Scope } from "effect"
+import type { SessionId } from "../Message.js"
 import { sessionId } from "../Message.js"
+import * as SessionError from "../SessionError.js"
 
 /**
  * Ids reach persistence already validated (they are `SessionId`s); anything else is a bug of the
@@ -33,3 +35,16 @@ export const inWriterScope = <A, E, R>(
         Scope.extend(scope),
         Effect.onExit((exit) => (Exit.isFailure(exit) ? Scope.close(scope, exit) : Effect.void))
       )))
+
+/**
+ * What `discard` does on a writer returned by `openWrite`: only a new session's writer (from
+ * `create`) may remove what it created.
+ *
+ * @internal
+ */
+export const discardRefused = (id: SessionId): Effect.Effect<never, SessionError.PersistenceError> =>
+  Effect.fail(
+    new SessionError.PersistenceError({
+      reason: `discard of ${JSON.stringify(id)}: only the writer returned by create may discard its session`
+    })
+  )
