@@ -11,7 +11,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Redacted, Scope, Stream, TestClock } from "effect"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
-import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
 import { allSuspended, eventually, recordingTracer } from "./fixtures/groupCommit.js"
 import { withLogs } from "./fixtures/logs.js"
 
@@ -119,17 +119,7 @@ if (url === undefined) {
     it.effect("PERS-01 concurrent creates of one id from separate pools have exactly one winner", () =>
       withDatabase((process) =>
         Effect.gen(function*() {
-          const instances = yield* Effect.forEach(["a", "b", "c"], process)
-          const race = sid("race")
-          const outcomes = yield* Effect.forEach(
-            Array.from({ length: 9 }, (_, i) => instances[i % 3]!),
-            (persistence) => Effect.either(persistence.create(header(race))),
-            { concurrency: "unbounded" }
-          )
-          assert.strictEqual(outcomes.filter((o) => o._tag === "Right").length, 1)
-          for (const outcome of outcomes) {
-            if (outcome._tag === "Left") assert.include(["SessionLocked", "SessionAlreadyExists"], outcome.left._tag)
-          }
+          yield* assertOneCreateWins(yield* Effect.forEach(["a", "b", "c"], process))
         })))
 
     it.effect("PERS-01 a valid lease blocks other processes; renewal every ttl/3 keeps it valid", () =>

@@ -10,7 +10,7 @@ import * as SessionError from "../src/SessionError.js"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import * as Tool from "../src/Tool.js"
-import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
 import { allSuspended, eventually, recordingTracer } from "./fixtures/groupCommit.js"
 import { withLogs } from "./fixtures/logs.js"
 
@@ -273,17 +273,7 @@ describe("SqlSessionPersistence on SQLite", () => {
 
   it.effect("PERS-01 concurrent creates of one id have exactly one winner", () =>
     inSqlite(Effect.gen(function*() {
-      const instances = [yield* instance("a"), yield* instance("b"), yield* instance("c")]
-      const race = sid("race")
-      const outcomes = yield* Effect.forEach(
-        Array.from({ length: 9 }, (_, i) => instances[i % 3]!),
-        (persistence) => Effect.either(persistence.create(header(race))),
-        { concurrency: "unbounded" }
-      )
-      assert.strictEqual(outcomes.filter((o) => o._tag === "Right").length, 1)
-      for (const outcome of outcomes) {
-        if (outcome._tag === "Left") assert.include(["SessionLocked", "SessionAlreadyExists"], outcome.left._tag)
-      }
+      yield* assertOneCreateWins([yield* instance("a"), yield* instance("b"), yield* instance("c")])
     })))
 
   it.effect("PERS-05 RES-03 an agent runs over SQLite, and another process resumes it after a crash", () =>
