@@ -35,6 +35,7 @@ import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
 import * as finalizer from "./internal/finalizer.js"
+import * as lock from "./internal/lock.js"
 import * as internalHooks from "./internal/hooks.js"
 import * as internalSession from "./internal/session.js"
 import * as internalTools from "./internal/tools.js"
@@ -69,65 +70,6 @@ const inCommitRef = FiberRef.unsafeMake(false)
 const ownRef = FiberRef.unsafeMake<ReadonlySet<object>>(new Set())
 
 const withOwn = (build: object) => finalizer.locallyWith(ownRef, (own) => new Set([...own, build]))
-
-/**
- * The registry-wide critical section of PUB step 4: a `Semaphore(1)` whose uncontended entry costs
- * about three operations instead of a `withPermits`' thirty (B1). It is held by one caller at a
- * time; on release it passes to the longest waiter. It is entered from an uninterruptible region
- * (the transaction's): only the wait is made interruptible, by the caller's `restore` (PUB-06: a
- * creation waiting for the section can be interrupted; it leaves the line, or passes the section
- * on if it was handed it meanwhile), and `self` restores what it needs itself.
- */
-const makeCriticalSection = () => {
-  let held = false
-  const waiting: Array<Deferred.Deferred<void>> = []
-  const release = (): void => {
-    const next = waiting.shift()
-    if (next === undefined) held = false
-    else Deferred.unsafeDone(next, Exit.void)
-  }
-  // runs uninterruptibly from taking the section to installing the release
-  const holding = <A, E, R>(self: Effect.Effect<A, E, R>) =>
-    Effect.matchCauseEffect(self, {
-      onFailure: (cause) => {
-        release()
-        return Effect.failCause(cause)
-      },
-      onSuccess: (value) => {
-        release()
-        return Effect.succeed(value)
-      }
-    })
-  const enter = <A, E, R>(
-    self: Effect.Effect<A, E, R>,
-    restore: <X, EX, RX>(effect: Effect.Effect<X, EX, RX>) => Effect.Effect<X, EX, RX>
-  ): Effect.Effect<A, E, R> => {
-    if (!held) {
-      held = true
-      return holding(self)
-    }
-    const turn = Deferred.unsafeMake<void>(FiberId.none)
-    waiting.push(turn)
-    return Effect.zipRight(
-      restore(Deferred.await(turn)).pipe(
-        Effect.onInterrupt(() =>
-          Effect.sync(() => {
-            const at = waiting.indexOf(turn)
-            // still in line: leave it; already handed the section: pass it on
-            if (at >= 0) waiting.splice(at, 1)
-            else release()
-          })
-        )
-      ),
-      holding(self)
-    )
-  }
-  // the caller is uninterruptible; `restoreWait` (its restore) makes only the wait interruptible
-  return <A, E, R>(
-    self: Effect.Effect<A, E, R>,
-    restoreWait: <X, EX, RX>(effect: Effect.Effect<X, EX, RX>) => Effect.Effect<X, EX, RX>
-  ): Effect.Effect<A, E, R> => Effect.suspend(() => enter(self, restoreWait))
-}
 
 /**
  * The AgentLoop service: the factory it installed, for users that want to call it directly.
@@ -287,7 +229,9 @@ export const make: Effect.Effect<
   const globalHooks = yield* Effect.serviceOption(Tool.LoopHooks)
   const runtime = yield* Effect.runtime<never>()
   const teardownRuntime = Runtime.disableRuntimeFlag(runtime, RuntimeFlags.Interruption)
-  const critical = makeCriticalSection()
+  // the registry-wide critical section of PUB step 4: entered from the transaction's uninterruptible
+  // region; only the wait for it is interruptible (PUB-06), by the transaction's restore
+  const critical = lock.make()
   // creations in flight, and what the factory's finalizer awaits until none is left (plain cells:
   // each change is one synchronous step)
   let inFlight = 0
@@ -592,7 +536,7 @@ export const make: Effect.Effect<
         ),
         publisher.announce(agentEntry, source)
       ).pipe(finalizer.locallyWith(publishingRef, () => Option.some(build.id)))
-    return Effect.flatMap(critical(section, restore), () =>
+    return Effect.flatMap(critical.withLockFromMask(section, restore), () =>
       Effect.matchCauseEffect(announce(build.sessionEntry!, build.agentEntry!), {
         onFailure: (cause) => Effect.zipRight(build.driver!.open(false), Effect.failCause(cause)),
         onSuccess: () => {

@@ -12,8 +12,9 @@ import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Re
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
-import { allSuspended, eventually, recordingTracer } from "./fixtures/groupCommit.js"
+import { recordingTracer } from "./fixtures/groupCommit.js"
 import { withLogs } from "./fixtures/logs.js"
+import { allSuspended, eventually } from "./fixtures/waiting.js"
 
 const url = process.env["EFFECT_AGENT_PG_URL"]
 const ci = process.env["CI"]

@@ -11,8 +11,9 @@ import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import * as Tool from "../src/Tool.js"
 import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
-import { allSuspended, eventually, recordingTracer } from "./fixtures/groupCommit.js"
+import { recordingTracer } from "./fixtures/groupCommit.js"
 import { withLogs } from "./fixtures/logs.js"
+import { allSuspended, eventually } from "./fixtures/waiting.js"
 
 /** A fresh in-memory SQLite database per build. */
 const sqliteMemory = SqliteClient.layer({ filename: ":memory:" })

@@ -16,6 +16,8 @@ import type { Session } from "../Session.js"
 import * as SessionError from "../SessionError.js"
 import type { CoreEvent, CoreEventInput, InboxTarget, SessionEvent } from "../SessionEvent.js"
 import * as codec from "./eventCodec.js"
+import type { Lock } from "./lock.js"
+import { make as makeLock } from "./lock.js"
 import * as Feed from "./feed.js"
 import { snapshot } from "./json.js"
 import { core } from "./session.js"
@@ -352,7 +354,7 @@ type InsertError = AgentError.DuplicateMessage | SessionError.SessionAppendError
 class InboxCell {
   readonly projection = new Projection()
   readonly feed = Feed.makeUnsafe<InboxChange>()
-  lock: Effect.Semaphore | undefined = undefined
+  lock: Lock | undefined = undefined
   /** The frozen snapshot of each list, valid while its version is unchanged. */
   turnSnapshot: ReadonlyArray<UserMessage> = []
   turnVersion = -1
@@ -365,12 +367,12 @@ class InboxCell {
   ) {}
 }
 
-const lockOf = (state: InboxCell): Effect.Semaphore => state.lock ??= Effect.unsafeMakeSemaphore(1)
+const lockOf = (state: InboxCell): Lock => state.lock ??= makeLock()
 
 // Validate → durable splice → lists changed → notifications, all under the lock; uninterruptible
 // once the lock is held so a write can never be durable without its in-memory change (INB-01b, INB-02).
 const locked = <A, E>(state: InboxCell, body: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-  lockOf(state).withPermits(1)(Effect.uninterruptible(body))
+  lockOf(state).withLock(Effect.uninterruptible(body))
 
 const publishChanges = (state: InboxCell, changes: ReadonlyArray<InboxChange>): Effect.Effect<void> => {
   const { feed, onChange } = state
@@ -729,7 +731,7 @@ class InboxImpl implements InboxInternal {
     return { nextTurn: lists["next-turn"].length, nextStep: lists["next-step"].length }
   }
   withLock<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> {
-    return lockOf(this.cell).withPermits(1)(effect)
+    return lockOf(this.cell).withLock(effect)
   }
   private pending(): boolean {
     const { lists } = this.cell.projection
