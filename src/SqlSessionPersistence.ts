@@ -13,6 +13,7 @@ import type { Array as Arr } from "effect"
 import { Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
 import * as committer from "./internal/sqlCommitter.js"
+import * as lock from "./internal/lock.js"
 import * as lease from "./internal/sqlLease.js"
 import { decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
 import type { EventRow } from "./internal/sqlLog.js"
@@ -143,7 +144,8 @@ const make = (options: Options | undefined) =>
     const makeWriter = Effect.fnUntraced(function*(held: lease.Lease, nextSeq: number, isCreateMode: boolean) {
       const id = held.id
       const state: WriterState = { nextSeq, isClosed: false, isLost: false }
-      const permit = yield* Effect.makeSemaphore(1)
+      // one batch of this writer at a time (the committer takes one per writer)
+      const permit = lock.make()
 
       yield* lease.keepAlive(leases, held, {
         isClosed: () => state.isClosed,
@@ -153,10 +155,10 @@ const make = (options: Options | undefined) =>
       }).pipe(Effect.interruptible, Effect.forkScoped)
       // Finalizers run in reverse: wait for the batch in flight and refuse new ones, stop renewing,
       // then release the lease (registered by the caller earlier).
-      yield* Effect.addFinalizer(() => permit.withPermits(1)(Effect.sync(() => (state.isClosed = true))))
+      yield* Effect.addFinalizer(() => permit.withLock(Effect.sync(() => (state.isClosed = true))))
 
       const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
-        permit.withPermits(1)(Effect.suspend(() => {
+        permit.withLock(Effect.suspend(() => {
           if (state.isClosed || state.isLost) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
           for (let i = 1; i < events.length; i++) {
             const seq = events[i]!.seq
@@ -172,7 +174,7 @@ const make = (options: Options | undefined) =>
         }))
 
       const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
-        ? permit.withPermits(1)(Effect.suspend(() => {
+        ? permit.withLock(Effect.suspend(() => {
           if (state.isClosed) return Effect.void
           state.isClosed = true
           return sql.withTransaction(Effect.gen(function*() {
