@@ -278,8 +278,8 @@ export const make: Effect.Effect<
       }
       if (build.agentEntry !== undefined) yield* publisher.detach(build.agentEntry)
       if (build.feed !== undefined) {
-        yield* build.feed.publish(AgentEvent.AgentDisposed({ agent: build.id }))
-        yield* build.feed.end
+        // the last event and the end in one operation; nothing is built when nobody listens (B1)
+        yield* build.feed.endWith(() => AgentEvent.AgentDisposed({ agent: build.id }))
       }
       if (build.sessionEntry !== undefined) yield* build.sessionEntry.detach
       if (build.createMode && !build.published && build.writer !== undefined) {
@@ -364,7 +364,8 @@ export const make: Effect.Effect<
     route: Partial<Tool.Route>,
     publisher: AgentPublisher
   ) =>
-    Effect.gen(function*() {
+    // no generator: plain constructors around the inbox's one operation (B1)
+    Effect.suspend(() => {
       // plain constructors: the feed and the driver only allocate (B1)
       const feed = Feed.makeUnsafe<AgentEvent>()
       build.feed = feed
@@ -376,114 +377,121 @@ export const make: Effect.Effect<
             : event
           return Effect.zipRight(feed.publish(named), publisher.publish(named))
         })
-      const inbox = yield* internalInbox.make(session, {
+      const inboxOptions: internalInbox.InboxOptions = {
         onChange(change) {
           return emit(inboxEvent(build.id, change))
         }
-      })
-      // the agent's own tool and hook registries are built on first use (B1, B2)
-      const runners = internalHooks.lazyRunners(Option.getOrUndefined(globalHooks), () => build.hooks)
-      const allTools = Effect.suspend(() => {
-        const own = build.tools === undefined ? Effect.succeed(noTools) : build.tools.list
-        return Option.isSome(globalTools)
-          ? Effect.zipWith(globalTools.value.list, own, internalTools.resolveTools)
-          : Effect.map(own, (perAgent) => internalTools.resolveTools([], perAgent))
-      })
-      let agent: Agent | undefined
-      const driver = Driver.unsafeMake({
-        id: build.id,
-        session,
-        inbox,
-        options,
-        model,
-        tools: allTools,
-        toSchema: Tool.toSchema,
-        decodeArguments: Tool.decodeArguments,
-        hooks: runners,
-        emit,
-        withInitiator(self) {
-          return registry.withInitiator(agent!)(self)
-        },
-        agent() {
-          return agent!
-        },
-        runtime,
-        storedRoute: route,
-        publishing: publishingRef
-      })
-      build.driver = driver
-      // built on demand: an Error per agent would cost its stack trace on every create (B1)
-      const inactiveError = () => new AgentError.AgentInactive({ id: build.id })
-      const spawn: Agent["spawn"] = (spawnOptions) =>
-        Effect.suspend(() =>
-          driver.isActive()
-            ? Effect.flatMap(
-              agentScopeOf(build),
-              (agentScope) => registry.create({ ...spawnOptions, parentAgent: agent! }).pipe(Scope.extend(agentScope))
-            )
-            : Effect.fail(inactiveError())
-        )
-      const fork: Agent["fork"] = ({ childId, upTo, ...rest }) =>
-        Effect.suspend(() =>
-          driver.isActive()
-            ? registry.create({ ...rest, sessionId: childId, fork: { from: session, upTo } })
-            : Effect.fail(inactiveError())
-        )
-      let statusChanges: Agent["statusChanges"] | undefined
-      agent = {
-        id: build.id,
-        options,
-        session,
-        inbox,
-        status: driver.status,
-        // built on first use: most agents are never observed (B2)
-        get statusChanges() {
-          return statusChanges ??= Stream.filterMap(feed.stream, statusOf)
-        },
-        get events() {
-          return feed.stream
-        },
-        get subscribe() {
-          return feed.subscribe
-        },
-        send: driver.send,
-        followup(message) {
-          return driver.send(message, "next-turn", true)
-        },
-        steer(message) {
-          return driver.send(message, "next-step", true)
-        },
-        inject(message) {
-          return driver.send(message, "next-step", false)
-        },
-        cancel(cause, cancelOptions) {
-          return driver.cancel(cause, cancelOptions)
-        },
-        whenIdle: driver.whenIdle,
-        runMaintenance: driver.runMaintenance,
-        spawn,
-        fork,
-        get tools() {
-          return toolsOf(build)
-        },
-        get hooks() {
-          return hooksOf(build)
+      }
+      const finish = (inbox: internalInbox.InboxInternal) => {
+        // the agent's own tool and hook registries are built on first use (B1, B2)
+        const runners = internalHooks.lazyRunners(Option.getOrUndefined(globalHooks), () => build.hooks)
+        const allTools = Effect.suspend(() => {
+          const own = build.tools === undefined ? Effect.succeed(noTools) : build.tools.list
+          return Option.isSome(globalTools)
+            ? Effect.zipWith(globalTools.value.list, own, internalTools.resolveTools)
+            : Effect.map(own, (perAgent) => internalTools.resolveTools([], perAgent))
+        })
+        let agent: Agent | undefined
+        const driver = Driver.unsafeMake({
+          id: build.id,
+          session,
+          inbox,
+          options,
+          model,
+          tools: allTools,
+          toSchema: Tool.toSchema,
+          decodeArguments: Tool.decodeArguments,
+          hooks: runners,
+          emit,
+          withInitiator(self) {
+            return registry.withInitiator(agent!)(self)
+          },
+          agent() {
+            return agent!
+          },
+          runtime,
+          storedRoute: route,
+          publishing: publishingRef
+        })
+        build.driver = driver
+        // built on demand: an Error per agent would cost its stack trace on every create (B1)
+        const inactiveError = () => new AgentError.AgentInactive({ id: build.id })
+        const spawn: Agent["spawn"] = (spawnOptions) =>
+          Effect.suspend(() =>
+            driver.isActive()
+              ? Effect.flatMap(
+                agentScopeOf(build),
+                (agentScope) => registry.create({ ...spawnOptions, parentAgent: agent! }).pipe(Scope.extend(agentScope))
+              )
+              : Effect.fail(inactiveError())
+          )
+        const fork: Agent["fork"] = ({ childId, upTo, ...rest }) =>
+          Effect.suspend(() =>
+            driver.isActive()
+              ? registry.create({ ...rest, sessionId: childId, fork: { from: session, upTo } })
+              : Effect.fail(inactiveError())
+          )
+        let statusChanges: Agent["statusChanges"] | undefined
+        agent = {
+          id: build.id,
+          options,
+          session,
+          inbox,
+          status: driver.status,
+          // built on first use: most agents are never observed (B2)
+          get statusChanges() {
+            return statusChanges ??= Stream.filterMap(feed.stream, statusOf)
+          },
+          get events() {
+            return feed.stream
+          },
+          get subscribe() {
+            return feed.subscribe
+          },
+          send: driver.send,
+          followup(message) {
+            return driver.send(message, "next-turn", true)
+          },
+          steer(message) {
+            return driver.send(message, "next-step", true)
+          },
+          inject(message) {
+            return driver.send(message, "next-step", false)
+          },
+          cancel(cause, cancelOptions) {
+            return driver.cancel(cause, cancelOptions)
+          },
+          whenIdle: driver.whenIdle,
+          runMaintenance: driver.runMaintenance,
+          spawn,
+          fork,
+          get tools() {
+            return toolsOf(build)
+          },
+          get hooks() {
+            return hooksOf(build)
+          }
         }
+        const setupView: AgentSetup = {
+          id: build.id,
+          session,
+          get tools() {
+            return toolsOf(build)
+          },
+          get hooks() {
+            return hooksOf(build)
+          },
+          spawn,
+          inbox: { append: inbox.append, prepend: inbox.prepend }
+        }
+        build.agent = agent
+        return { agent, setupView, parentAgent } as const
       }
-      const setupView: AgentSetup = {
-        id: build.id,
-        session,
-        get tools() {
-          return toolsOf(build)
-        },
-        get hooks() {
-          return hooksOf(build)
-        },
-        spawn,
-        inbox: { append: inbox.append, prepend: inbox.prepend }
-      }
-      build.agent = agent
-      return { agent, setupView, parentAgent } as const
+      // a new session has nothing to replay: its inbox is built in this operation (B1)
+      const fresh = internalInbox.unsafeMakeFresh(session, inboxOptions)
+      return fresh !== undefined
+        ? Effect.succeed(finish(fresh))
+        : Effect.map(internalInbox.make(session, inboxOptions), finish)
     })
 
   /**
@@ -603,43 +611,42 @@ export const make: Effect.Effect<
     publisher: AgentPublisher,
     own: object
   ) =>
-    Effect.gen(function*() {
-      const sessionScope = yield* Scope.make(ExecutionStrategy.sequential)
-      const link = yield* Scope.fork(owner, ExecutionStrategy.sequential)
-      const build: Build = {
-        id,
-        agentScope: undefined,
-        isAgentScopeClosed: false,
-        sessionScope,
-        link,
-        release: Effect.void,
-        own,
-        done: undefined,
-        outcome: undefined,
-        aborted: undefined,
-        creating: undefined,
-        isSettled: false,
-        settled: undefined,
-        entered: false,
-        started: false,
-        writer: undefined,
-        createMode: false,
-        driver: undefined,
-        agent: undefined,
-        feed: undefined,
-        sessionEntry: undefined,
-        agentEntry: undefined,
-        published: false,
-        tools: undefined,
-        hooks: undefined
-      }
-      live.add(build)
-      // one finalizer value serves the owner's link and the factory's close (an Effect is a
-      // description: it runs once per owner, and the teardown it starts is memoized)
-      build.release = ownerFinalizer(build, publisher)
-      yield* Scope.addFinalizer(link, build.release)
-      return build
-    })
+    // no generator (B1)
+    Effect.flatMap(Scope.make(ExecutionStrategy.sequential), (sessionScope) =>
+      Effect.flatMap(Scope.fork(owner, ExecutionStrategy.sequential), (link) => {
+        const build: Build = {
+          id,
+          agentScope: undefined,
+          isAgentScopeClosed: false,
+          sessionScope,
+          link,
+          release: Effect.void,
+          own,
+          done: undefined,
+          outcome: undefined,
+          aborted: undefined,
+          creating: undefined,
+          isSettled: false,
+          settled: undefined,
+          entered: false,
+          started: false,
+          writer: undefined,
+          createMode: false,
+          driver: undefined,
+          agent: undefined,
+          feed: undefined,
+          sessionEntry: undefined,
+          agentEntry: undefined,
+          published: false,
+          tools: undefined,
+          hooks: undefined
+        }
+        live.add(build)
+        // one finalizer value serves the owner's link and the factory's close (an Effect is a
+        // description: it runs once per owner, and the teardown it starts is memoized)
+        build.release = ownerFinalizer(build, publisher)
+        return Effect.as(Scope.addFinalizer(link, build.release), build)
+      }))
 
   /**
    * The agent Scope, made on first use (setup, `spawn`). Once the teardown passed it, the Scope is

@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Context, Data, Effect, Layer, Option } from "effect"
+import { Context, Data, Effect, Either, Layer, Option } from "effect"
 import type { Stream } from "effect"
 import * as Feed from "./internal/feed.js"
 import * as lifecycle from "./internal/lifecycle.js"
@@ -162,34 +162,54 @@ export const make: Effect.Effect<SessionStore["Type"]> = Effect.gen(function*() 
     entry
   })
 
-  // untraced: it runs inside the span of the factory's create (B1), or inside `create` below
-  const prepare = Effect.fnUntraced(function*(options: PrepareOptions) {
-    const createdAt = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    if (options.seed !== undefined && options.fork !== undefined) {
-      return yield* new SessionError.InvalidEventData({
-        type: "(seed)",
-        reason: "give either a seed or a fork, not both"
-      })
-    }
-    const seed = options.fork !== undefined ? yield* forkSeed(options.fork.from, options.fork.upTo) : options.seed
-    const planned = yield* Session.plan({
+  /** The plan once the seed is known: plain code, in the caller's operation (B1). */
+  const planWith = (
+    options: PrepareOptions,
+    seed: ReadonlyArray<SessionEvent> | undefined,
+    createdAt: number
+  ): Effect.Effect<Session.SessionPlan, PrepareError> => {
+    const planned = Session.plan({
       id: options.sessionId,
       meta: options.meta,
       seed,
       parentSession: options.fork?.from.id,
       createdAt
     })
-    if (Option.isSome(yield* registry.get(planned.header.id))) {
-      return yield* new SessionError.SessionAlreadyLive({ id: planned.header.id })
-    }
-    return planned
-  })
+    if (Either.isLeft(planned)) return Effect.fail(planned.left)
+    const id = planned.right.header.id
+    return registry.unsafeGet(id) !== undefined
+      ? Effect.fail(new SessionError.SessionAlreadyLive({ id }))
+      : Effect.succeed(planned.right)
+  }
 
-  const enter = (session: Session.Session) =>
-    registry.enter(session.id, session, undefined).pipe(
-      Effect.mapError(() => new SessionError.SessionAlreadyLive({ id: session.id })),
-      Effect.map(toEntry)
+  // untraced: it runs inside the span of the factory's create (B1), or inside `create` below; no
+  // generator: the clock's read and the plan in a few operations (B1)
+  const prepare = (options: PrepareOptions): Effect.Effect<Session.SessionPlan, PrepareError> =>
+    Effect.clockWith((clock) =>
+      Effect.flatMap(clock.currentTimeMillis, (createdAt): Effect.Effect<Session.SessionPlan, PrepareError> => {
+        if (options.seed !== undefined && options.fork !== undefined) {
+          return Effect.fail(
+            new SessionError.InvalidEventData({
+              type: "(seed)",
+              reason: "give either a seed or a fork, not both"
+            })
+          )
+        }
+        const fork = options.fork
+        return fork === undefined
+          ? planWith(options, options.seed, createdAt)
+          : Effect.flatMap(forkSeed(fork.from, fork.upTo), (seed) => planWith(options, seed, createdAt))
+      })
     )
+
+  // the registry's synchronous step in one operation (B1)
+  const enter = (session: Session.Session): Effect.Effect<SessionEntry, SessionError.SessionAlreadyLive> =>
+    Effect.suspend(() => {
+      const entered = registry.unsafeEnter(session.id, session, undefined)
+      return Either.isLeft(entered)
+        ? Effect.fail(new SessionError.SessionAlreadyLive({ id: session.id }))
+        : Effect.succeed(toEntry(entered.right))
+    })
 
   const announce = (entry: SessionEntry) =>
     registry.announce(entry.entry).pipe(

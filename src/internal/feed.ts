@@ -20,6 +20,11 @@ export interface Feed<A> {
   readonly publishAll: (values: Iterable<A>) => Effect.Effect<void>
   /** Ends every subscriber stream after what was already published; later publications are dropped. */
   readonly end: Effect.Effect<void>
+  /**
+   * `publish(make())` then `end` in one operation: the value is made only when someone subscribed
+   * (a teardown's last event, B1).
+   */
+  readonly endWith: (make: () => A) => Effect.Effect<void>
   /** Lazy: subscribes when the stream starts. */
   readonly stream: Stream.Stream<A>
   /** Eager: subscribed before it returns. */
@@ -48,6 +53,17 @@ class FeedImpl<A> implements Feed<A> {
       if (this.ended) return Effect.void
       this.ended = true
       return this.pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(this.pubsub, END))
+    })
+  }
+
+  endWith(make: () => A): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      if (this.ended) return Effect.void
+      this.ended = true
+      const pubsub = this.pubsub
+      if (pubsub === undefined) return Effect.void
+      const last: Array<A | typeof END> = [make(), END]
+      return Effect.asVoid(PubSub.publishAll(pubsub, last))
     })
   }
 

@@ -631,6 +631,20 @@ const rejectIn = (
   )
 
 /**
+ * `make` as a synchronous step for a session with nothing to replay (a new session, B1): the
+ * inbox, or `undefined` when there are events to replay (then `make` builds it).
+ *
+ * @internal
+ */
+export const unsafeMakeFresh = (session: Session, options?: InboxOptions | undefined): InboxInternal | undefined => {
+  const sessionCore = core(session)
+  const end = sessionCore.log().length
+  return Math.min(session.header.seedLength, end) < end
+    ? undefined
+    : inboxOf(new InboxCell(session, sessionCore, options?.onChange))
+}
+
+/**
  * Builds the inbox of a session by replaying its events after `header.seedLength` (INB-05).
  *
  * @internal
@@ -646,7 +660,7 @@ export const make = (
     const end = log.length
     const from = Math.min(session.header.seedLength, end)
     // a new session has nothing to replay: skip building the stream (B1)
-    const replay: Effect.Effect<void, AgentError.InvalidInboxLog> = from < end
+    const replay: Effect.Effect<void, AgentError.InvalidInboxLog> | undefined = from < end
       ? Stream.fromIterable(range(log, from, end)).pipe(
         Stream.runForEachChunk((chunk) =>
           Effect.suspend(() => {
@@ -660,8 +674,9 @@ export const make = (
           })
         )
       )
-      : Effect.void
-    return Effect.as(replay, inboxOf(state))
+      : undefined
+    // nothing to replay: the inbox in one operation (B1)
+    return replay === undefined ? Effect.succeed(inboxOf(state)) : Effect.as(replay, inboxOf(state))
   })
 
 /**

@@ -138,9 +138,9 @@ export const make = <A, P>(events: {
       }
       // without hooks (the usual case) no generator runs (B1); the hooks are read once the
       // creation event is out, as each hook sees the entry announced
-      return Effect.zipRight(
+      return Effect.flatMap(
         events.announced(entry),
-        Effect.suspend(() => (hooks.length === 0 ? settleNow(entry) : runHooks(entry, hooks)))
+        () => (hooks.length === 0 ? settleNow(entry) : runHooks(entry, hooks))
       )
     }
 

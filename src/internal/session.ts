@@ -125,7 +125,14 @@ export interface MakeOptions {
  * @internal
  */
 export const makeIn = (scope: Scope.Scope, options: MakeOptions): Effect.Effect<Session> =>
-  Effect.gen(function*() {
+  // the runtime is read only when not given (B1)
+  options.runtime === undefined
+    ? Effect.flatMap(Effect.runtime<never>(), (runtime) => makeWith(scope, options, runtime))
+    : makeWith(scope, options, options.runtime)
+
+/** `makeIn` without a generator: plain code, then the one operation that adds the close to `scope` (B1). */
+const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Runtime<never>): Effect.Effect<Session> =>
+  Effect.suspend(() => {
     const id: SessionId = options.header.id
     const log: Array<SessionEvent> = options.events.slice()
     const messages: Array<Message> = []
@@ -139,8 +146,7 @@ export const makeIn = (scope: Scope.Scope, options: MakeOptions): Effect.Effect<
     let messagesSnapshot: ReadonlyArray<Message> | undefined
     let isClosed = false
 
-    const feed = yield* Feed.make<SessionEvent>()
-    const runtime = options.runtime ?? (yield* Effect.runtime<never>())
+    const feed = Feed.makeUnsafe<SessionEvent>()
     // the writer fiber and its queue are started by the first append (SES-02: still one per session)
     let queue: Queue.Queue<Command> | undefined
     let writerFiber: Fiber.RuntimeFiber<void> | undefined
@@ -295,8 +301,6 @@ export const makeIn = (scope: Scope.Scope, options: MakeOptions): Effect.Effect<
       )
     }).pipe(Effect.asVoid, Effect.uninterruptible)
 
-    yield* Scope.addFinalizer(scope, close)
-
     const session: Session = {
       id,
       header: options.header,
@@ -338,7 +342,7 @@ export const makeIn = (scope: Scope.Scope, options: MakeOptions): Effect.Effect<
       },
       close
     })
-    return session
+    return Effect.as(Scope.addFinalizer(scope, close), session)
   })
 
 /**
@@ -363,12 +367,13 @@ export const fromPlanIn = (
   writer: SessionWriter | undefined,
   runtime?: Runtime.Runtime<never>
 ): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError> =>
-  Effect.gen(function*() {
-    if (writer !== undefined && sessionPlan.seed.length > 0) {
-      yield* writer.append(sessionPlan.seed as Arr.NonEmptyReadonlyArray<SessionEvent>)
-    }
-    return yield* makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
-  })
+  // no generator (B1): the seed is written first, when there is one to write
+  writer !== undefined && sessionPlan.seed.length > 0
+    ? Effect.zipRight(
+      writer.append(sessionPlan.seed as Arr.NonEmptyReadonlyArray<SessionEvent>),
+      makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
+    )
+    : makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
 
 /** @internal */
 export const isOpenAt = (events: ReadonlyArray<SessionEvent>, length: number): Option.Option<number> => {
