@@ -15,7 +15,7 @@ import * as os from "node:os"
 import * as committer from "./internal/sqlCommitter.js"
 import * as lock from "./internal/lock.js"
 import * as lease from "./internal/sqlLease.js"
-import { decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
+import { conflict, decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
 import type { EventRow } from "./internal/sqlLog.js"
 import { dialectOf, migrate } from "./internal/sqlSchema.js"
 import type { SessionId } from "./Message.js"
@@ -71,8 +71,6 @@ interface WriterState {
   isLost: boolean
 }
 
-const conflict = (id: SessionId, expectedSeq: number, actualSeq: number) =>
-  new SessionError.SessionConflict({ id, expectedSeq, actualSeq })
 
 
 /** Sessions per page of `list`. */

@@ -654,29 +654,28 @@ export const make = (
   options?: InboxOptions | undefined
 ): Effect.Effect<InboxInternal, AgentError.InvalidInboxLog> =>
   Effect.suspend(() => {
+    // a new session has nothing to replay: its inbox in one operation (B1)
+    const fresh = unsafeMakeFresh(session, options)
+    if (fresh !== undefined) return Effect.succeed(fresh)
     const state = new InboxCell(session, core(session), options?.onChange)
     const { projection } = state
     const log = state.sessionCore.log()
     const end = log.length
     const from = Math.min(session.header.seedLength, end)
-    // a new session has nothing to replay: skip building the stream (B1)
-    const replay: Effect.Effect<void, AgentError.InvalidInboxLog> | undefined = from < end
-      ? Stream.fromIterable(range(log, from, end)).pipe(
-        Stream.runForEachChunk((chunk) =>
-          Effect.suspend(() => {
-            for (const event of chunk) {
-              const reason = projection.applyEvent(event)
-              if (reason !== undefined) {
-                return Effect.fail(new AgentError.InvalidInboxLog({ id: session.id, seq: event.seq, reason }))
-              }
+    return Stream.fromIterable(range(log, from, end)).pipe(
+      Stream.runForEachChunk((chunk) =>
+        Effect.suspend(() => {
+          for (const event of chunk) {
+            const reason = projection.applyEvent(event)
+            if (reason !== undefined) {
+              return Effect.fail(new AgentError.InvalidInboxLog({ id: session.id, seq: event.seq, reason }))
             }
-            return Effect.void
-          })
-        )
-      )
-      : undefined
-    // nothing to replay: the inbox in one operation (B1)
-    return replay === undefined ? Effect.succeed(inboxOf(state)) : Effect.as(replay, inboxOf(state))
+          }
+          return Effect.void
+        })
+      ),
+      Effect.as(inboxOf(state))
+    )
   })
 
 /**

@@ -32,7 +32,7 @@ import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent } from "../SessionEvent.js"
 import type { Lease } from "./sqlLease.js"
-import { eventRecord, persistenceError } from "./sqlLog.js"
+import { conflict, eventRecord, persistenceError } from "./sqlLog.js"
 
 /** @internal */
 export type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
@@ -64,8 +64,6 @@ const INSERT_CHUNK = 200
 /** Sessions per transaction: keeps the `IN`/`OR` lists of its statements within parameter limits. */
 const MAX_SESSIONS = 500
 
-const conflict = (id: SessionId, expectedSeq: number, actualSeq: number) =>
-  new SessionError.SessionConflict({ id, expectedSeq, actualSeq })
 
 // Postgres locks the lease rows a transaction renews; one order for everybody avoids deadlocks.
 const bySession = (a: Pending, b: Pending) => (a.held.id < b.held.id ? -1 : a.held.id > b.held.id ? 1 : 0)

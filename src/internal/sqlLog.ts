@@ -34,6 +34,10 @@ export const persistenceError = (what: string) => (error: SqlError): SessionErro
   })
 }
 
+/** A batch that does not start where the stored log ends, or a writer that lost its lease (PERS-02). @internal */
+export const conflict = (id: SessionId, expectedSeq: number, actualSeq: number): SessionError.SessionConflict =>
+  new SessionError.SessionConflict({ id, expectedSeq, actualSeq })
+
 /** The header record as stored. @internal */
 export const headerRecord = (header: SessionHeader): string => JSON.stringify(header)
 
