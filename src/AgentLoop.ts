@@ -134,8 +134,11 @@ const inboxEvent = (agent: SessionId, change: InboxChange): AgentEvent => {
   }
 }
 
-/** Replays the inbox splices of a (repaired) log in memory (INB-05), before anything is written. */
-const validateInbox = (id: SessionId, events: ReadonlyArray<SessionEvent>, seedLength: number) =>
+/**
+ * Replays the inbox splices of a (repaired) log in memory (INB-05), before anything is written; the
+ * projection is then the resumed agent's inbox, so the log is folded once (B4, B8).
+ */
+const replayInbox = (id: SessionId, events: ReadonlyArray<SessionEvent>, seedLength: number) =>
   Effect.suspend(() => {
     const projection = new internalInbox.Projection()
     for (let i = seedLength; i < events.length; i++) {
@@ -143,7 +146,7 @@ const validateInbox = (id: SessionId, events: ReadonlyArray<SessionEvent>, seedL
       const reason = projection.applyEvent(event)
       if (reason !== undefined) return Effect.fail(new AgentError.InvalidInboxLog({ id, seq: event.seq, reason }))
     }
-    return Effect.void
+    return Effect.succeed(projection)
   })
 
 /**
@@ -362,7 +365,8 @@ export const make: Effect.Effect<
     options: AgentOptions,
     parentAgent: Agent | undefined,
     route: Partial<Tool.Route>,
-    publisher: AgentPublisher
+    publisher: AgentPublisher,
+    replayed?: internalInbox.Projection
   ) =>
     // no generator: plain constructors around the inbox's one operation (B1)
     Effect.suspend(() => {
@@ -487,7 +491,11 @@ export const make: Effect.Effect<
         build.agent = agent
         return { agent, setupView, parentAgent } as const
       }
-      // a new session has nothing to replay: its inbox is built in this operation (B1)
+      // a resumed session's log was replayed already (B4); a new one has nothing to replay (B1):
+      // either way its inbox is built in this operation
+      if (replayed !== undefined) {
+        return Effect.succeed(finish(internalInbox.unsafeMakeReplayed(session, replayed, inboxOptions)))
+      }
       const fresh = internalInbox.unsafeMakeFresh(session, inboxOptions)
       return fresh !== undefined
         ? Effect.succeed(finish(fresh))
@@ -878,7 +886,7 @@ export const make: Effect.Effect<
               // RES-03: repair closers, then replay-validate the inbox on the repaired log, in memory
               const closers = Repair.closers(stored.events, { seedLength: stored.header.seedLength })
               const events = closers.length === 0 ? stored.events : [...stored.events, ...closers]
-              yield* validateInbox(id, events, stored.header.seedLength)
+              const replayed = yield* replayInbox(id, events, stored.header.seedLength)
               if (closers.length > 0) {
                 yield* opened.writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
               }
@@ -894,7 +902,8 @@ export const make: Effect.Effect<
                 agentOptions,
                 options.parentAgent,
                 storedRoute(events),
-                publisher
+                publisher,
+                replayed
               )
               const commit = yield* runSetup(build, options.setup, built.setupView)
               return { session, commit }

@@ -251,6 +251,12 @@ describe("resume (RES)", () => {
         assert.deepStrictEqual(yield* agent.session.messages, Session.deriveMessages(stored))
         assert.deepStrictEqual((yield* agent.inbox.nextTurn).map((m) => m.id), ["m2"])
         assert.deepStrictEqual((yield* agent.inbox.nextStep).map((m) => m.id), ["m3"])
+        // the inbox replayed on resume knows every id the log accepted, entered and pending alike
+        for (const id of ["m1", "m2", "m3"]) {
+          const duplicate = yield* Effect.flip(agent.inbox.append("next-turn", Message.user("again", { id })))
+          assert.instanceOf(duplicate, AgentError.DuplicateMessage)
+        }
+        assert.deepStrictEqual(yield* agent.session.events, stored, "a refused insert writes nothing")
         assert.deepStrictEqual((yield* registry.roots).map((a) => a.id), ["s"], "a resumed agent is a root")
 
         yield* agent.followup(Message.user("second", { id: "m4" }))

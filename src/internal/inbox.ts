@@ -352,7 +352,6 @@ type InsertError = AgentError.DuplicateMessage | SessionError.SessionAppendError
  * objects, not a closure per operation (B2); the lock is made on first use.
  */
 class InboxCell {
-  readonly projection = new Projection()
   readonly feed = Feed.makeUnsafe<InboxChange>()
   lock: Lock | undefined = undefined
   /** The frozen snapshot of each list, valid while its version is unchanged. */
@@ -363,7 +362,8 @@ class InboxCell {
   constructor(
     readonly session: Session,
     readonly sessionCore: ReturnType<typeof core>,
-    readonly onChange: ((change: InboxChange) => Effect.Effect<void>) | undefined
+    readonly onChange: ((change: InboxChange) => Effect.Effect<void>) | undefined,
+    readonly projection: Projection = new Projection()
   ) {}
 }
 
@@ -643,6 +643,19 @@ export const unsafeMakeFresh = (session: Session, options?: InboxOptions | undef
     ? undefined
     : inboxOf(new InboxCell(session, sessionCore, options?.onChange))
 }
+
+/**
+ * The inbox of a session whose events after `header.seedLength` were already replayed into
+ * `projection` (resume validates the repaired log before anything is written, RES-03; its replay is
+ * the inbox's, so the log is folded once). The session's log must be the one replayed.
+ *
+ * @internal
+ */
+export const unsafeMakeReplayed = (
+  session: Session,
+  projection: Projection,
+  options?: InboxOptions | undefined
+): InboxInternal => inboxOf(new InboxCell(session, core(session), options?.onChange, projection))
 
 /**
  * Builds the inbox of a session by replaying its events after `header.seedLength` (INB-05).
