@@ -1,11 +1,11 @@
 /**
- * The Session implementation: an in-memory log with one writer fiber fed by a Queue (SES-02), both
- * started by the first append; events are committed only after the writer acknowledged, published
+ * The Session implementation: an in-memory log with one writer fiber (SES-02), started by the first
+ * append; events are committed only after the writer acknowledged, published
  * after commit, with the model-visible history and the turn state folded incrementally.
  *
  * @internal
  */
-import { Effect, Either, Exit, Fiber, Option, Queue, Runtime, Scope } from "effect"
+import { Effect, Either, Exit, Fiber, Option, Runtime, Scope } from "effect"
 import type { Array as Arr, Clock } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
@@ -68,13 +68,6 @@ type Request =
     readonly many: Arr.NonEmptyReadonlyArray<Input>
     readonly resume: (exit: AppendExit<Arr.NonEmptyReadonlyArray<SessionEvent>>) => void
   }
-
-/**
- * What the writer's queue carries: a batch of requests, or the order to stop. A batch stays open
- * (later requests join it) from when it is offered until the writer takes it, so everything queued
- * meanwhile — in particular while a write is in flight — goes out together, in call order (SES-02).
- */
-type Command = Array<Request> | "close"
 
 /** The committed form of an input: its seq and time assigned, frozen. */
 const stamp = (input: Input, seq: number, time: number): SessionEvent =>
@@ -147,30 +140,45 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     let isClosed = false
 
     const feed = Feed.makeUnsafe<SessionEvent>()
-    // the writer fiber and its queue are started by the first append (SES-02: still one per session)
-    let queue: Queue.Queue<Command> | undefined
+    // the writer fiber is started by the first append (SES-02: still one per session)
     let writerFiber: Fiber.RuntimeFiber<void> | undefined
-    /** The batch offered to the writer and not taken yet: a new request joins it. */
+    /**
+     * The next batch: the requests made since the writer last took one. A request joins it until
+     * the writer takes it, so everything made meanwhile — in particular while a write is in flight —
+     * goes out together, in call order (SES-02). There is never more than one waiting batch.
+     */
     let open: Array<Request> | undefined
+    /** The idle writer's wake-up, while it waits for a batch (or for the close). */
+    let wake: ((next: Effect.Effect<void>) => void) | undefined
+    /** What a woken writer runs: the loop's next step, evaluated when the writer runs (not at wake-up). */
+    let resumeWriter: Effect.Effect<void>
 
     /** Per-session helpers as methods (no per-session named closures to build). */
     const w = {
-      /** The queue of the writer fiber, starting both on first use. */
-      startWriter(): Queue.Queue<Command> {
-        if (queue !== undefined) return queue
-        // The hot path is plain code between few Effect ops: one `take` per batch, the write, the
-        // publication, and the callers resumed in a loop. The clock is the writer fiber's, read once.
+      /** Starts the writer fiber, on first use. No Queue: a batch is handed over in `open`. */
+      startWriter(): void {
+        // The hot path is plain code between few Effect ops: the write, the publication, the
+        // callers resumed in a loop, and a wait only when nothing is waiting. The clock is the
+        // writer fiber's, read once.
         let clock: Clock.Clock
-        const q = Effect.runSync(Queue.unbounded<Command>())
 
-        const next: Effect.Effect<void> = Effect.flatMap(
-          Queue.take(q),
-          (command) => (command === "close" ? refuseRest : writeBatch(command))
-        )
+        /** The loop's next step: the waiting batch, else the end after a close, else a wait. */
+        const next = (): Effect.Effect<void> => {
+          const batch = open
+          if (batch !== undefined) {
+            // from here on the batch is the writer's: a later request opens the next one
+            open = undefined
+            return writeBatch(batch)
+          }
+          // closed with nothing waiting: every request accepted before the close was written
+          if (isClosed) return Effect.void
+          return Effect.async<void>((resume) => {
+            wake = resume
+          })
+        }
+        resumeWriter = Effect.suspend(next)
 
         const writeBatch = (batch: Array<Request>): Effect.Effect<void> => {
-          // from here on the batch is the writer's: a later request opens the next one
-          if (open === batch) open = undefined
           const time = clock.unsafeCurrentTimeMillis()
           const stamped: Array<SessionEvent> = []
           let seq = log.length
@@ -187,7 +195,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
               onFailure: (cause) => {
                 const failed = Exit.failCause(cause)
                 for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
-                return next
+                return next()
               },
               onSuccess: () => commit(batch, stamped)
             }
@@ -214,41 +222,38 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
                 k += n
               }
             }
-            return next
+            return next()
           })
         }
 
-        // nothing is offered after "close" (submit checks `isClosed` first); refuse it if it were
-        const refuseRest = Effect.map(Queue.takeAll(q), (rest) => {
-          open = undefined
-          for (const command of rest) {
-            if (command === "close") continue
-            for (const request of command) request.resume(Exit.fail(new SessionError.SessionClosed({ id })))
-          }
-        })
-
-        queue = q
         // forked from the runtime captured at construction, as a daemon fiber forked then would be
         writerFiber = Runtime.runFork(runtime)(Effect.uninterruptible(Effect.clockWith((writerClock) => {
           clock = writerClock
-          return next
+          return next()
         })))
-        return q
       },
 
-      /** Queues a validated request: it joins the open batch, or opens one. */
+      /** Wakes the writer if it waits: it then runs its next step. */
+      wakeWriter(): void {
+        const idle = wake
+        if (idle === undefined) return
+        wake = undefined
+        idle(resumeWriter)
+      },
+
+      /** Hands a validated request to the writer: it joins the waiting batch, or opens one. */
       submit(request: Request): void {
         if (isClosed) return request.resume(Exit.fail(new SessionError.SessionClosed({ id })))
         if (open !== undefined) {
           open.push(request)
           return
         }
-        const batch = [request]
         // a session closed before its first append never starts a writer (isClosed above)
-        if (!(queue ?? w.startWriter()).unsafeOffer(batch)) {
-          return request.resume(Exit.fail(new SessionError.SessionClosed({ id })))
-        }
-        open = batch
+        if (writerFiber === undefined) w.startWriter()
+        // opened after the start (a writer that ran at once is waiting now): the requests made
+        // before the woken writer runs all join this batch
+        open = [request]
+        w.wakeWriter()
       },
 
       append(event: CustomEventInput): Effect.Effect<SessionEvent, SessionError.SessionAppendError> {
@@ -293,12 +298,10 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     const close = Effect.suspend(() => {
       if (isClosed) return writerFiber === undefined ? Effect.void : Fiber.await(writerFiber)
       isClosed = true
-      if (queue === undefined || writerFiber === undefined) return feed.end
-      return Queue.offer(queue, "close").pipe(
-        Effect.zipRight(Fiber.await(writerFiber)),
-        Effect.zipRight(feed.end),
-        Effect.zipRight(Queue.shutdown(queue))
-      )
+      if (writerFiber === undefined) return feed.end
+      // a waiting writer ends now; a busy one after writing what was accepted before the close
+      w.wakeWriter()
+      return Effect.zipRight(Fiber.await(writerFiber), feed.end)
     }).pipe(Effect.asVoid, Effect.uninterruptible)
 
     const session: Session = {
