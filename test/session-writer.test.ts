@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Effect, Either, Exit, Fiber, Scope, TestClock } from "effect"
+import { Cause, Chunk, Effect, Either, Exit, Fiber, Scope, Stream, TestClock } from "effect"
 import { core } from "../src/internal/session.js"
 import * as Session from "../src/Session.js"
 import { recordingWriter } from "./fixtures/writers.js"
@@ -57,6 +57,20 @@ describe("Session writer", () => {
       assert.isTrue(Exit.isFailure(exit) && Cause.isDie(exit.cause))
       assert.strictEqual((yield* session.events).length, 0)
       assert.strictEqual((yield* session.append({ type: "test/a", data: 1 })).seq, 0)
+    }))
+
+  it.scoped("SES-02 SES-04 an idle writer takes each new batch at once; closing it while it waits ends it and the changes", () =>
+    Effect.gen(function*() {
+      const { writer, batches } = yield* recordingWriter
+      const scope = yield* Scope.make()
+      const session = yield* Scope.extend(Session.fromPlan(planFor("w5"), writer), scope)
+      const changes = yield* Effect.fork(Stream.runCollect(yield* session.subscribe))
+      // one after another: each append finds the writer waiting and wakes it
+      for (let i = 0; i < 3; i++) assert.strictEqual((yield* session.append({ type: "test/a", data: i })).seq, i)
+      assert.deepStrictEqual((yield* batches).map((batch) => batch.map((e) => e.seq)), [[0], [1], [2]])
+      yield* Scope.close(scope, Exit.void)
+      assert.strictEqual((yield* Effect.flip(session.append({ type: "test/a", data: 3 })))._tag, "SessionClosed")
+      assert.deepStrictEqual(Chunk.toReadonlyArray(yield* Fiber.join(changes)).map((e) => e.seq), [0, 1, 2])
     }))
 
   it.effect("SES-04 appends queued before close are written; appends after it fail SessionClosed", () =>
