@@ -1,5 +1,6 @@
 /**
- * The driver: one state machine (`Idle | Maintenance | Running`) in a SynchronizedRef, its work in
+ * The driver: one state machine (`Idle | Maintenance | Running`) changed under one lock (as a
+ * SynchronizedRef would be, `modifyPhase`), its work in
  * fibers forked from a runtime captured when the agent was built, cancellation as interruption plus
  * a set-once cause, and the turn/step loop (SPEC §8).
  *
@@ -20,8 +21,7 @@ import {
   Option,
   Runtime as RuntimeModule,
   RuntimeFlags,
-  Stream,
-  SynchronizedRef
+  Stream
 } from "effect"
 import type { Agent, AgentOptions } from "../Agent.js"
 import * as AgentError from "../AgentError.js"
@@ -35,6 +35,8 @@ import type { CancelCause, CoreEventInput, InboxTarget, TurnEndReason, Usage } f
 import type * as Tool from "../Tool.js"
 import type { HookRunners } from "./hooks.js"
 import type { InboxInternal } from "./inbox.js"
+import type { Lock } from "./lock.js"
+import { make as makeLock } from "./lock.js"
 import { core } from "./session.js"
 
 /** @internal */
@@ -188,8 +190,10 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> => Effect.sync(() 
  */
 export const unsafeMake = (deps: DriverDeps): Driver => {
   const sessionCore = core(deps.session)
-  // the state machine's SynchronizedRef and the gate's Deferred are made on first use
-  let stateRef: SynchronizedRef.SynchronizedRef<Phase> | undefined
+  // the state machine's phase, changed only under its lock; the lock and the gate's Deferred are
+  // made on first use (an agent that never had input has neither)
+  let phase: Phase = { _tag: "Idle" }
+  let phaseLock: Lock | undefined
   let status: AgentStatus = "idle"
   /** PUB-11: the gate's value once set (first wins), and the Deferred senders wait on before. */
   let gateValue: boolean | undefined
@@ -209,9 +213,27 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
 
   /** Per-agent helpers as methods (no per-agent named closures to build). */
   const h = {
-    /** The state machine, made on first use. */
-    state(): SynchronizedRef.SynchronizedRef<Phase> {
-      return (stateRef ??= SynchronizedRef.unsafeMake<Phase>({ _tag: "Idle" }))
+    /**
+     * `SynchronizedRef.modifyEffect` over the phase: `f` runs under the state lock with the phase
+     * current then, and its new phase is set before the lock is released. The lock keeps the
+     * caller's interruptibility, as `withPermits(1)` does, at a fraction of its cost (B3, B5).
+     */
+    modifyPhase<A, E>(f: (current: Phase) => Effect.Effect<readonly [A, Phase], E>): Effect.Effect<A, E> {
+      return (phaseLock ??= makeLock()).withLock(
+        Effect.flatMap(Effect.suspend(() => f(phase)), (result) => {
+          phase = result[1]
+          return Effect.succeed(result[0])
+        })
+      )
+    },
+    /** `SynchronizedRef.updateEffect` over the phase (see `modifyPhase`). */
+    updatePhase<E>(f: (current: Phase) => Effect.Effect<Phase, E>): Effect.Effect<void, E> {
+      return (phaseLock ??= makeLock()).withLock(
+        Effect.flatMap(Effect.suspend(() => f(phase)), (next) => {
+          phase = next
+          return Effect.void
+        })
+      )
     },
     openGate(published: boolean): Effect.Effect<void> {
       return Effect.suspend(() => h.openGateNow(published))
@@ -814,7 +836,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
               Effect.as(h.markBroken(Cause.squash(cause), turn), Option.none<TurnOutcome>())
             )
           )
-          const next = yield* SynchronizedRef.modifyEffect(h.state(), (phase) =>
+          const next = yield* h.modifyPhase((phase) =>
             Effect.gen(function*() {
               const continues = Option.isSome(outcome) && outcome.value.continues &&
                 !disposing && Option.isNone(broken) && phase._tag === "Running" && Option.isNone(phase.cause)
@@ -834,7 +856,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
 
     /**
      * The current activity converged: start the latched wake (DLV-06) as a new activity, still
-     * `running`, or go idle. Runs inside `SynchronizedRef.modifyEffect`.
+     * `running`, or go idle. Runs under the state lock (`modifyPhase`).
      */
     const settle = (phase: Phase) =>
       Effect.gen(function*() {
@@ -878,7 +900,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           if (wake) latchedWake = true
           return
         }
-        yield* SynchronizedRef.updateEffect(h.state(), (phase) =>
+        yield* h.updatePhase((phase) =>
           Effect.gen(function*() {
             yield* h.ensureUsable
             switch (phase._tag) {
@@ -921,8 +943,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         if (disposing && cause.kind !== "disposed") return
         const keepInbox = options?.keepInbox === true
         type Outcome = readonly [Activity | undefined, Exit.Exit<void, SessionError.SessionAppendError>]
-        const [fiber, cleared] = yield* SynchronizedRef.modifyEffect(
-          h.state(),
+        const [fiber, cleared] = yield* h.modifyPhase(
           (phase): Effect.Effect<readonly [Outcome, Phase]> =>
             Effect.gen(function*() {
               if (phase._tag !== "Idle" && Option.isNone(phase.cause)) cancelCell = Option.some(cause)
@@ -944,13 +965,12 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
     get whenIdle(): Effect.Effect<void> {
       return Effect.gen(function*() {
         while (true) {
-          if (stateRef === undefined) return
-          const phase = yield* SynchronizedRef.get(stateRef)
-          if (phase._tag === "Idle") return
-          yield* Fiber.await(phase.fiber)
+          const seen = phase
+          if (seen._tag === "Idle") return
+          yield* Fiber.await(seen.fiber)
           // an activity settles the state before it ends; if one died before that, settle for it
-          yield* SynchronizedRef.updateEffect(h.state(), (current) =>
-            current === phase ? Effect.map((loopCache ??= buildLoop()).settle(current), ([, next]) => next) : Effect.succeed(current))
+          yield* h.updatePhase((current) =>
+            current === seen ? Effect.map((loopCache ??= buildLoop()).settle(current), ([, next]) => next) : Effect.succeed(current))
         }
       })
     },
@@ -961,7 +981,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         const context = yield* Effect.context<R>()
         // the task's exit with the activity's cause, read before a latched wake forks the next one
         const done = yield* Deferred.make<readonly [Exit.Exit<A, E>, Option.Option<CancelCause>]>()
-        const fiber = yield* SynchronizedRef.modifyEffect(h.state(), (phase) =>
+        const fiber = yield* h.modifyPhase((phase) =>
           Effect.gen(function*() {
             yield* h.ensureUsable
             if (phase._tag !== "Idle") return yield* new AgentError.AgentBusy({ id: deps.id })
@@ -969,7 +989,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
               Effect.exit,
               Effect.flatMap((exit) => Deferred.succeed(done, [exit as Exit.Exit<A, E>, cancelCell] as const)),
               Effect.zipRight(
-                SynchronizedRef.updateEffect(h.state(), (phase) => Effect.map((loopCache ??= buildLoop()).settle(phase), ([, next]) => next))
+                h.updatePhase((phase) => Effect.map((loopCache ??= buildLoop()).settle(phase), ([, next]) => next))
               )
             )
             const activity = h.fork(work)
@@ -1012,7 +1032,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         latchedWake = false
         return Effect.zipRight(
           opened,
-          SynchronizedRef.updateEffect(h.state(), (phase) =>
+          h.updatePhase((phase) =>
             Effect.gen(function*() {
               if (phase._tag !== "Idle" || !(yield* deps.inbox.hasPending)) return phase
               const opened = yield* (loopCache ??= buildLoop()).startDrain
@@ -1026,7 +1046,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
     get stop(): Effect.Effect<void> {
       return Effect.suspend(() => {
         disposing = true
-        if (stateRef === undefined) {
+        if (phaseLock === undefined) {
           // never active: Idle, nothing to cancel or await; only a latched wake to reset (B1)
           latchedWake = false
           return h.openGateNow(false)
