@@ -273,13 +273,16 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         }))
       })
     },
+    /** Why the agent takes no input now (disposing, or broken by a failed write), if so. */
+    unusable(): AgentError.AgentInactive | AgentError.AgentBroken | undefined {
+      if (disposing) return new AgentError.AgentInactive({ id: deps.id })
+      if (Option.isSome(broken)) return new AgentError.AgentBroken({ id: deps.id, cause: broken.value })
+      return undefined
+    },
     get ensureUsable(): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> {
       return Effect.suspend((): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> => {
-        if (disposing) return Effect.fail(new AgentError.AgentInactive({ id: deps.id }))
-        if (Option.isSome(broken)) {
-          return Effect.fail(new AgentError.AgentBroken({ id: deps.id, cause: broken.value }))
-        }
-        return Effect.void
+        const unusable = h.unusable()
+        return unusable === undefined ? Effect.void : Effect.fail(unusable)
       })
     },
     /** PUB-11: sends wait for publication, except those of this creation's own hooks. */
@@ -888,48 +891,61 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
   // ---------------------------------------------------------------------------------------------
   // verbs
 
+  /** A send under the state lock: into the inbox, and a drain started or a wake latched (DLV, AGT-04). */
+  const sendLocked = (
+    phase: Phase,
+    message: UserMessage,
+    target: InboxTarget,
+    wake: boolean
+  ): Effect.Effect<Phase, AgentError.SendError> => {
+    const unusable = h.unusable()
+    if (unusable !== undefined) return Effect.fail(unusable)
+    switch (phase._tag) {
+      case "Idle": {
+        if (!wake) return Effect.as(deps.inbox.insert(target, message, "end"), phase)
+        const turn = sessionCore.lastTurn() + 1
+        return deps.inbox.insert(target, message, "end", () => [{ type: "turn/start", data: { turn } }]).pipe(
+          Effect.zipRight(h.setStatus("running")),
+          Effect.map((): Phase => {
+            const fiber = h.fork((loopCache ??= buildLoop()).drain(turn))
+            return { _tag: "Running", fiber, cause: Option.none(), wakeRequested: false }
+          })
+        )
+      }
+      case "Maintenance":
+      case "Running": {
+        // after a cancel, waking input waits for the next turn and is latched to run when the
+        // cancelled activity converges (DLV-06, AGT-04)
+        if (Option.isSome(phase.cause) && wake) {
+          return Effect.as(deps.inbox.insert("next-turn", message, "end"), { ...phase, wakeRequested: true })
+        }
+        // a running drain takes it at its next boundary; maintenance latches it (AGT-04)
+        return Effect.as(
+          deps.inbox.insert(target, message, "end"),
+          wake && phase._tag === "Maintenance" ? { ...phase, wakeRequested: true } : phase
+        )
+      }
+    }
+  }
+
   const driver: Driver = {
     status: Effect.sync(() => status),
     send(message: UserMessage, target: InboxTarget, wake: boolean) {
-      return Effect.gen(function*() {
-        yield* h.ensureUsable
-        const passage = yield* h.awaitGate
-        yield* h.ensureUsable
-        if (passage === "own-hook") {
-          yield* deps.inbox.insert(target, message, "end")
-          if (wake) latchedWake = true
-          return
-        }
-        yield* h.updatePhase((phase) =>
-          Effect.gen(function*() {
-            yield* h.ensureUsable
-            switch (phase._tag) {
-              case "Idle": {
-                if (!wake) {
-                  yield* deps.inbox.insert(target, message, "end")
-                  return phase
-                }
-                const turn = sessionCore.lastTurn() + 1
-                yield* deps.inbox.insert(target, message, "end", () => [{ type: "turn/start", data: { turn } }])
-                yield* h.setStatus("running")
-                const fiber = h.fork((loopCache ??= buildLoop()).drain(turn))
-                return { _tag: "Running", fiber, cause: Option.none(), wakeRequested: false } as Phase
-              }
-              case "Maintenance":
-              case "Running": {
-                // after a cancel, waking input waits for the next turn and is latched to run when
-                // the cancelled activity converges (DLV-06, AGT-04)
-                if (Option.isSome(phase.cause) && wake) {
-                  yield* deps.inbox.insert("next-turn", message, "end")
-                  return { ...phase, wakeRequested: true }
-                }
-                yield* deps.inbox.insert(target, message, "end")
-                // a running drain takes it at its next boundary; maintenance latches it (AGT-04)
-                return wake && phase._tag === "Maintenance" ? { ...phase, wakeRequested: true } : phase
-              }
-            }
-          })
-        )
+      return Effect.suspend((): Effect.Effect<void, AgentError.SendError> => {
+        const unusable = h.unusable()
+        if (unusable !== undefined) return Effect.fail(unusable)
+        // published (the usual case): no gate to wait for, straight to the state lock (B3)
+        if (gateValue === true) return h.updatePhase((phase) => sendLocked(phase, message, target, wake))
+        return Effect.gen(function*() {
+          const passage = yield* h.awaitGate
+          yield* h.ensureUsable
+          if (passage === "own-hook") {
+            yield* deps.inbox.insert(target, message, "end")
+            if (wake) latchedWake = true
+            return
+          }
+          yield* h.updatePhase((phase) => sendLocked(phase, message, target, wake))
+        })
       })
     },
 
