@@ -30,6 +30,7 @@ import type { SessionEvent } from "../src/SessionEvent.js"
 import * as SessionEventModule from "../src/SessionEvent.js"
 import { SessionStore } from "../src/SessionStore.js"
 import * as Tool from "../src/Tool.js"
+import { recordingTracer } from "./fixtures/groupCommit.js"
 import { createsCleanly, watch } from "./fixtures/lifecycle.js"
 import { makeRuntime, makeVolatileRuntime, note, route } from "./fixtures/runtime.js"
 
@@ -244,6 +245,35 @@ describe("AgentLoop create (PUB)", () => {
       }).pipe(Effect.scoped),
     { fastCheck: { numRuns: 10 } }
   )
+
+  it.scoped("create runs in an AgentRegistry.create span: a child of the caller's span, the parent of setup's spans", () =>
+    Effect.gen(function*() {
+      const rt = yield* makeRuntime([])
+      const recording = yield* recordingTracer
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const handle = yield* registry.create({
+          sessionId: "traced",
+          setup: () => Effect.withSpan(Effect.void, "user.setup")
+        }).pipe(Effect.withSpan("caller"))
+        const failed = yield* Effect.flip(registry.create({ sessionId: "traced" }))
+        assert.instanceOf(failed, AgentError.AgentAlreadyExists)
+        // the caller's context is back after create: a span made now has no parent
+        const after = yield* Effect.withSpan(Effect.currentSpan, "after")
+        assert.isTrue(Option.isNone(after.parent))
+        yield* handle.dispose
+      }).pipe(Effect.provide(rt.context), Effect.withTracer(recording.tracer))
+      const byName = (name: string) => recording.spans.filter((span) => span.name === name)
+      const [caller] = byName("caller")
+      const creates = byName("AgentRegistry.create")
+      const [setup] = byName("user.setup")
+      assert.strictEqual(creates.length, 2)
+      assert.strictEqual(Option.getOrThrow(creates[0]!.parent), caller)
+      assert.strictEqual(Option.getOrThrow(setup!.parent), creates[0])
+      assert.deepStrictEqual(creates.map((span) => span.status._tag), ["Ended", "Ended"])
+      assert.isTrue(creates[0]!.status._tag === "Ended" && Exit.isSuccess(creates[0]!.status.exit))
+      assert.isTrue(creates[1]!.status._tag === "Ended" && Exit.isFailure(creates[1]!.status.exit))
+    }))
 
   it.scoped("PUB-05 creating a live id fails AgentAlreadyExists{live} and leaves the live agent alone", () =>
     Effect.gen(function*() {

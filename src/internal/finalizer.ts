@@ -9,7 +9,7 @@
  *
  * @internal
  */
-import { Context, Effect, FiberRef, RuntimeFlags, Scope } from "effect"
+import { Context, Effect, FiberRef, RuntimeFlags, Scope, Tracer } from "effect"
 
 /**
  * Adds `release` to the current Scope; it runs with the FiberRefs of the fiber that closes it.
@@ -73,4 +73,18 @@ export const extendScope = <A, E, R>(
   // the Scope is in the context while `effect` runs: what is left of R is provided by the caller
   locallyWith(FiberRef.currentContext, (context) => Context.add(context, Scope.Scope, scope))(
     effect as Effect.Effect<A, E, Exclude<R, Scope.Scope>>
+  )
+
+/**
+ * `Effect.withSpan(name)` for the hottest entry points (B1): `self` runs in a new span that ends
+ * with its exit, as with `withSpan`, but the span is made the parent with `locallyWith` (not an
+ * acquire/use/release of the context) and no call-site stack trace is captured (an `Error` per call).
+ *
+ * @internal
+ */
+export const withSpanLight = (name: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.useSpan(
+    name,
+    { captureStackTrace: false },
+    (span) => locallyWith(FiberRef.currentContext, (context) => Context.add(context, Tracer.ParentSpan, span))(self)
   )
