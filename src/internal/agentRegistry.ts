@@ -274,15 +274,15 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       Option.isNone(slot) ? Effect.fail(new AgentError.NoAgentFactory()) : Effect.succeed(slot.value.factory)
     )
 
-    // the span without Effect.fn's call-site Error and context acquire/release: ≈25 of the ≈200
+    // the spans without Effect.fn's call-site Error and context acquire/release: ≈25 of the ≈200
     // operations of a create+dispose (B1)
     const createSpan = finalizer.withSpanLight("AgentRegistry.create")
     const create = <E, R>(options: CreateOptions<E, R>) =>
       createSpan(withFactory((factory, owner) => factory.create(options, owner, publisher)))
 
-    const resume = Effect.fn("AgentRegistry.resume")(<E, R>(options: ResumeOptions<E, R>) =>
-      withFactory((factory, owner) => factory.resume(options, owner, publisher))
-    )
+    const resumeSpan = finalizer.withSpanLight("AgentRegistry.resume")
+    const resume = <E, R>(options: ResumeOptions<E, R>) =>
+      resumeSpan(withFactory((factory, owner) => factory.resume(options, owner, publisher)))
 
     const resumeOrCreate = Effect.fn("AgentRegistry.resumeOrCreate")(function*<E, R>(options: CreateOptions<E, R>) {
       const factory = yield* installedFactory
