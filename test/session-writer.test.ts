@@ -1,8 +1,28 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Chunk, Effect, Either, Exit, Fiber, Scope, Stream, TestClock } from "effect"
+import type { Scheduler } from "effect"
 import { core } from "../src/internal/session.js"
 import * as Session from "../src/Session.js"
+import type { SessionEvent } from "../src/SessionEvent.js"
+import type { SessionWriter } from "../src/SessionPersistence.js"
 import { recordingWriter } from "./fixtures/writers.js"
+
+/**
+ * A scheduler that asks its fibers to yield before pseudo-random operations (one in twenty, seeded;
+ * a yield itself runs about ten operations, so more would rarely let a fiber make progress).
+ */
+const yieldingAtRandom = (seed: number): Scheduler.Scheduler => {
+  let state = seed
+  return {
+    shouldYield: () => {
+      state = (state * 1103515245 + 12345) % 2147483648
+      return Math.floor(state / 65536) % 20 === 0 ? 0 : false
+    },
+    scheduleTask: (task) => {
+      setTimeout(task, 0)
+    }
+  }
+}
 
 const planFor = (id: string) => {
   const planned = Session.plan({ id, createdAt: 0 })
@@ -71,6 +91,52 @@ describe("Session writer", () => {
       yield* Scope.close(scope, Exit.void)
       assert.strictEqual((yield* Effect.flip(session.append({ type: "test/a", data: 3 })))._tag, "SessionClosed")
       assert.deepStrictEqual(Chunk.toReadonlyArray(yield* Fiber.join(changes)).map((e) => e.seq), [0, 1, 2])
+    }))
+
+  it.effect("SES-02 SES-04 a writer that yields at any operation loses no wake-up: every append is written, every close returns", () =>
+    Effect.gen(function*() {
+      // The scheduler may ask a fiber to yield before any operation (Effect's default one does past
+      // 2048 in a row). A writer that yielded between finding nothing to write and registering its
+      // wake-up used to miss an append or a close made meanwhile, and wait forever (this test hung).
+      for (let seed = 1; seed <= 30; seed++) {
+        const { writer, stored } = yield* recordingWriter
+        const scope = yield* Scope.make()
+        // the writer fiber forks from the runtime captured here, with this scheduler
+        const session = yield* Scope.extend(Session.fromPlan(planFor(`w6-${seed}`), writer), scope).pipe(
+          Effect.withScheduler(yieldingAtRandom(seed))
+        )
+        for (let i = 0; i < 20; i++) assert.strictEqual((yield* session.append({ type: "test/a", data: i })).seq, i)
+        // a close right after an append finds the writer going idle
+        yield* Scope.close(scope, Exit.void)
+        assert.strictEqual((yield* stored).length, 20)
+      }
+    }))
+
+  it.effect("SES-02b a persistence writer that throws fails its batch with a defect; the session writes on", () =>
+    Effect.gen(function*() {
+      const stored: Array<SessionEvent> = []
+      let throwNext = true
+      const throwing: SessionWriter = {
+        nextSeq: Effect.sync(() => stored.length),
+        discard: Effect.void,
+        append: (events) => {
+          if (throwNext) {
+            throwNext = false
+            throw new Error("a buggy writer")
+          }
+          return Effect.sync(() => {
+            stored.push(...events)
+          })
+        }
+      }
+      const scope = yield* Scope.make()
+      const session = yield* Scope.extend(Session.fromPlan(planFor("w7"), throwing), scope)
+      const exit = yield* Effect.exit(session.append({ type: "test/a", data: 1 }))
+      assert.isTrue(Exit.isFailure(exit) && Cause.isDie(exit.cause))
+      assert.strictEqual((yield* session.events).length, 0)
+      assert.strictEqual((yield* session.append({ type: "test/a", data: 2 })).seq, 0)
+      yield* Scope.close(scope, Exit.void)
+      assert.deepStrictEqual(stored.map((e) => e.data), [2])
     }))
 
   it.effect("SES-04 appends queued before close are written; appends after it fail SessionClosed", () =>

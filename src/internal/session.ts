@@ -172,11 +172,16 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
           }
           // closed with nothing waiting: every request accepted before the close was written
           if (isClosed) return Effect.void
-          return Effect.async<void>((resume) => {
-            wake = resume
-          })
+          return waitForWork
         }
         resumeWriter = Effect.suspend(next)
+        // The fiber may yield between `next` and this registration (the scheduler can ask any
+        // fiber to yield before any operation): a request or a close made meanwhile found no
+        // `wake` to call, so the registration looks again before it waits.
+        const waitForWork = Effect.async<void>((resume) => {
+          if (open !== undefined || isClosed) return resume(resumeWriter)
+          wake = resume
+        })
 
         const writeBatch = (batch: Array<Request>): Effect.Effect<void> => {
           const time = clock.unsafeCurrentTimeMillis()
@@ -187,10 +192,12 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
             if (request.one !== undefined) stamped.push(stamp(request.one, seq++, time))
             else for (const input of request.many) stamped.push(stamp(input, seq++, time))
           }
-          if (options.writer === undefined) return commit(batch, stamped)
-          // a defect of the writer reaches the callers as a defect; the writer fiber lives on
+          const writer = options.writer
+          if (writer === undefined) return commit(batch, stamped)
+          // a defect of the writer reaches the callers as a defect; the writer fiber lives on (also
+          // when a persistence implementation throws instead of returning an Effect: suspended)
           return Effect.matchCauseEffect(
-            options.writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>),
+            Effect.suspend(() => writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)),
             {
               onFailure: (cause) => {
                 const failed = Exit.failCause(cause)
