@@ -4,9 +4,8 @@
  *
  * @since 0.1.0
  */
-import type { Array as Arr, Scope, Stream } from "effect"
-import { Context, Effect, Layer, Stream as S } from "effect"
-import * as finalizer from "./internal/finalizer.js"
+import type { Array as Arr, Stream } from "effect"
+import { Context, Effect, Layer, Scope, Stream as S } from "effect"
 import type { SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
@@ -176,65 +175,82 @@ export const layerMemory = (
     const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
     const sessions = storage.sessions
 
+    /**
+     * Takes the session's lock for this writer and releases it with the current Scope. The release
+     * is registered first and the lock taken in the continuation, one synchronous step: an
+     * interruption before that step leaves a release with nothing to do, so no mask is needed (B1).
+     */
     const acquire = (id: SessionId, entry: MemoryEntry, createMode: boolean) =>
-      finalizer.acquireRelease(
-        Effect.suspend(() => {
+      Effect.withFiberRuntime<SessionWriter, SessionError.SessionLocked, Scope.Scope>((fiber) => {
+        let lock: { readonly instanceId: string; readonly token: number } | undefined
+        const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
+        const release = Effect.sync(() => {
+          if (lock !== undefined && entry.lock === lock) entry.lock = undefined
+        })
+        return Effect.flatMap(Scope.addFinalizer(scope, release), () => {
           if (entry.lock !== undefined) return Effect.fail(lockedError(id, entry.lock))
-          const lock = { instanceId, token: ++nextToken }
-          entry.lock = lock
-          return Effect.succeed(lock)
-        }),
-        (lock) =>
-          Effect.sync(() => {
-            if (entry.lock === lock) entry.lock = undefined
-          })
-      ).pipe(Effect.map((lock): SessionWriter => {
-        const holds = () => entry.lock === lock && sessions.get(id) === entry
-        return {
-          nextSeq: Effect.sync(() => entry.events.length),
-          append: (events) =>
-            Effect.suspend(() => {
-              if (!holds()) {
-                return Effect.fail(
-                  new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
-                )
-              }
-              if (events[0].seq !== entry.events.length) {
-                return Effect.fail(
-                  new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
-                )
-              }
-              for (const event of events) entry.events.push(event)
-              entry.updatedAt = Date.now()
-              return Effect.void
-            }),
-          discard: Effect.suspend(() => {
-            if (!createMode) {
+          const held = { instanceId, token: ++nextToken }
+          lock = held
+          entry.lock = held
+          return Effect.succeed(writerOf(id, entry, held, createMode))
+        })
+      })
+
+    const writerOf = (
+      id: SessionId,
+      entry: MemoryEntry,
+      lock: { readonly instanceId: string; readonly token: number },
+      createMode: boolean
+    ): SessionWriter => {
+      const holds = () => entry.lock === lock && sessions.get(id) === entry
+      return {
+        nextSeq: Effect.sync(() => entry.events.length),
+        append: (events) =>
+          Effect.suspend(() => {
+            if (!holds()) {
               return Effect.fail(
-                new SessionError.PersistenceError({ reason: `discard of ${id}: only a writer from create may discard` })
+                new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
               )
             }
-            if (holds()) {
-              sessions.delete(id)
-              entry.lock = undefined
+            if (events[0].seq !== entry.events.length) {
+              return Effect.fail(
+                new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
+              )
             }
+            for (const event of events) entry.events.push(event)
+            entry.updatedAt = Date.now()
             return Effect.void
-          })
-        }
-      }))
+          }),
+        discard: Effect.suspend(() => {
+          if (!createMode) {
+            return Effect.fail(
+              new SessionError.PersistenceError({ reason: `discard of ${id}: only a writer from create may discard` })
+            )
+          }
+          if (holds()) {
+            sessions.delete(id)
+            entry.lock = undefined
+          }
+          return Effect.void
+        })
+      }
+    }
 
     return SessionPersistence.of({
       create: (header) =>
-        Effect.gen(function*() {
+        // plain code around the acquire, no generator (B1)
+        Effect.suspend(() => {
           const existing = sessions.get(header.id)
           if (existing !== undefined) {
-            return yield* existing.lock !== undefined
-              ? Effect.fail(lockedError(header.id, existing.lock))
-              : Effect.fail(new SessionError.SessionAlreadyExists({ id: header.id }))
+            return Effect.fail(
+              existing.lock !== undefined
+                ? lockedError(header.id, existing.lock)
+                : new SessionError.SessionAlreadyExists({ id: header.id })
+            )
           }
           const entry: MemoryEntry = { header, events: [], updatedAt: Date.now(), lock: undefined }
           sessions.set(header.id, entry)
-          return yield* acquire(header.id, entry, true)
+          return acquire(header.id, entry, true)
         }),
       openWrite: (id) =>
         Effect.gen(function*() {
