@@ -269,15 +269,21 @@ const make = (options: Options) =>
         })
       })
 
-      /** Runs with `isWriting` set, uninterruptibly: a write is either acknowledged or undone. */
+      /**
+       * Runs with `isWriting` set, uninterruptibly: a write is either acknowledged or undone. The
+       * drain is installed around everything after the flag, encoding included: a defect there (a
+       * value JSON cannot encode, given to the writer directly) fails this append, not every later one.
+       */
       const write = (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
-        Effect.suspend((): Effect.Effect<void, WriteError> => {
-          const refused = refusal(events, state.nextSeq)
-          const written = refused === undefined
-            ? commit(eventLines(events), state.nextSeq + events.length)
-            : Effect.fail(refused)
-          return Effect.ensuring(written, drain)
-        })
+        Effect.ensuring(
+          Effect.suspend((): Effect.Effect<void, WriteError> => {
+            const refused = refusal(events, state.nextSeq)
+            return refused === undefined
+              ? commit(eventLines(events), state.nextSeq + events.length)
+              : Effect.fail(refused)
+          }),
+          drain
+        )
 
       // Finalizers run in reverse: refuse new appends, let the write in flight finish (what joined
       // it is refused), then (registered by the caller earlier) close the file and release the lock.
@@ -304,6 +310,7 @@ const make = (options: Options) =>
           return write(events)
         }))
 
+      // uninterruptible: once it has refused new appends it also removes the file (a retry would not)
       const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
         ? permit.withPermits(1)(Effect.suspend(() => {
           if (state.isClosed) return Effect.void
@@ -314,7 +321,7 @@ const make = (options: Options) =>
             Effect.mapError(fileLock.persistenceError(`discarding ${pathOfData}`)),
             Effect.zipRight(fileLock.release(lockContext, id, owner))
           )
-        })).pipe(Effect.withSpan("FileSessionPersistence.discard"))
+        })).pipe(Effect.uninterruptible, Effect.withSpan("FileSessionPersistence.discard"))
         : discardRefused(id)
 
       return {

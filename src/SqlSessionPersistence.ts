@@ -171,6 +171,7 @@ const make = (options: Options | undefined) =>
           )
         }))
 
+      // uninterruptible: once it has refused new appends it also deletes the rows (a retry would not)
       const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
         ? permit.withLock(Effect.suspend(() => {
           if (state.isClosed) return Effect.void
@@ -186,7 +187,7 @@ const make = (options: Options | undefined) =>
             Effect.catchTag("SqlError", (error) =>
               Effect.fail(persistenceError(`discarding session ${JSON.stringify(id)}`)(error)))
           )
-        })).pipe(Effect.withSpan("SqlSessionPersistence.discard"))
+        })).pipe(Effect.uninterruptible, Effect.withSpan("SqlSessionPersistence.discard"))
         : discardRefused(id)
 
       return {

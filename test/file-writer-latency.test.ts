@@ -3,7 +3,7 @@
  * change — an interrupted caller and a closing scope never leave a write half-acknowledged.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Option, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, Option, Scope } from "effect"
 import { inDirectory, newFilePlan, newGate, withFilePlan } from "./fixtures/instrumentedFiles.js"
 import { header, notes, sid } from "./fixtures/persistenceConformance.js"
 
@@ -110,5 +110,23 @@ describe("FileSessionPersistence writer", () => {
         assert.isFalse(yield* persistence.exists(id))
         // The id is free again.
         yield* persistence.create(header(id))
+      }).pipe(Effect.scoped)))
+
+  it.effect("SES-02b a batch the writer cannot encode fails alone with a defect; later appends and the close go on", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const persistence = yield* withFilePlan(directory, newFilePlan())
+        const id = sid("unencodable")
+        const scope = yield* Scope.make()
+        const writer = yield* Scope.extend(persistence.create(header(id)), scope)
+        // only reachable by calling the writer directly: sessions validate their events first
+        const unencodable = [{ seq: 0, time: 1, type: "test/note", data: { n: 10n } }] as unknown as ReturnType<
+          typeof notes
+        >
+        const failed = yield* Effect.exit(writer.append(unencodable))
+        assert.isTrue(Exit.isFailure(failed) && Cause.isDie(failed.cause))
+        yield* writer.append(notes(0, 2))
+        yield* Scope.close(scope, Exit.void)
+        assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 2))
       }).pipe(Effect.scoped)))
 })
