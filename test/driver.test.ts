@@ -4,7 +4,7 @@
  * live events and `whenIdle` — never sleeps.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Either, Fiber, Option, Schema, Stream } from "effect"
+import { Deferred, Effect, Either, Exit, Fiber, FiberId, Option, Schema, Stream } from "effect"
 import type { AgentEvent } from "../src/AgentEvent.js"
 import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
@@ -161,6 +161,27 @@ describe("driver", () => {
         assert.deepStrictEqual(spliceTargets(log), ["next-turn:+f", "next-turn:-f"])
         assert.deepStrictEqual(stepsOf(log), [[1, 1]])
         assert.deepStrictEqual(userTexts(log), ["f"])
+      }))
+
+    it.scoped("DLV-01 DLV-02 a followup interrupted while its splice and turn/start are written still starts its turn", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness([Model.text("one"), Model.text("two")])
+        const { agent } = yield* h.create("interrupted-send")
+        const held = yield* h.writes.holdNext(hasType("turn/start"))
+        const sender = yield* Effect.fork(agent.followup(msg("m1")))
+        yield* held.reached
+        // the durable write is under way: the interruption waits for it, then must not cut the
+        // drain's start off from the turn/start it wrote (it used to: an open turn with no drain)
+        yield* Fiber.interruptFork(sender)
+        yield* held.release
+        yield* Fiber.await(sender)
+        yield* agent.whenIdle
+        yield* agent.followup(msg("m2"))
+        yield* agent.whenIdle
+        const log = yield* agent.session.events
+        assert.deepStrictEqual(logViolations(log), [])
+        assert.deepStrictEqual(userTexts(log), ["m1", "m2"])
+        assert.deepStrictEqual(turnEnds(log).map((reason) => reason.kind), ["completed", "completed"])
       }))
 
     it.scoped("DLV-01 steer on an idle agent goes to next-step and starts a turn that enters it at step 1", () =>
@@ -738,6 +759,26 @@ describe("driver", () => {
 
   // -----------------------------------------------------------------------------------------------
   describe("maintenance", () => {
+    it.scoped("AGT-03 a runMaintenance caller interrupted as soon as its task started takes the task down with it", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness([])
+        const { agent } = yield* h.create("maint-interrupted")
+        const callerRef: { fiber?: Fiber.RuntimeFiber<unknown, unknown> } = {}
+        const stopped = yield* Deferred.make<void>()
+        // the task's first step interrupts its own caller: the caller has just forked the activity
+        const task = Effect.sync(() => callerRef.fiber!.unsafeInterruptAsFork(FiberId.none)).pipe(
+          Effect.zipRight(Effect.never),
+          Effect.onInterrupt(() => Deferred.succeed(stopped, undefined))
+        )
+        const caller = yield* Effect.fork(agent.runMaintenance(task))
+        callerRef.fiber = caller
+        assert.isTrue(Exit.isInterrupted(yield* Fiber.await(caller)))
+        // the task was interrupted with its caller, and the agent is idle and free again
+        yield* Deferred.await(stopped)
+        yield* agent.whenIdle
+        assert.strictEqual(yield* agent.runMaintenance(Effect.succeed(7)), 7)
+      }))
+
     it.scoped("AGT-03 runMaintenance from idle runs exclusively: status stays idle, no turn, the task's result", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness([])
@@ -900,6 +941,27 @@ describe("driver", () => {
 
   // -----------------------------------------------------------------------------------------------
   describe("publication (PUB-11)", () => {
+    it.scoped("PUB-11 AGT-04 a followup from a fiber the creation's hook forked, finishing after publication, still wakes the agent", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness([Model.text("welcome")])
+        const sent = yield* Deferred.make<void>()
+        const held = yield* h.writes.holdNext(hasType("agent/inbox/spliced"))
+        // the forked fiber inherits the hook's "own creation" mark; its insert is held until the
+        // creation has published, so its wake can no longer be latched for the creation to see
+        yield* h.registry.onSessionStart((agent) =>
+          Effect.forkDaemon(agent.followup(msg("late")).pipe(Effect.ensuring(Deferred.succeed(sent, undefined)))).pipe(
+            Effect.zipRight(held.reached)
+          )
+        )
+        const handle = yield* h.create("forked-hook")
+        yield* held.release
+        yield* Deferred.await(sent)
+        yield* handle.agent.whenIdle
+        const log = yield* handle.agent.session.events
+        assert.deepStrictEqual(userTexts(log), ["late"])
+        assert.deepStrictEqual(yield* handle.agent.inbox.nextTurn, [])
+      }))
+
     it.scoped("PUB-11 a send from the creation's own onSessionStart hook latches; the first turn opens after the hooks", () =>
       Effect.gen(function*() {
         const h = yield* makeHarness([Model.text("welcome")])

@@ -215,34 +215,57 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
   const h = {
     /**
      * `SynchronizedRef.modifyEffect` over the phase: `f` runs under the state lock with the phase
-     * current then, and its new phase is set before the lock is released. The lock keeps the
-     * caller's interruptibility, as `withPermits(1)` does, at a fraction of its cost (B3, B5).
+     * current then, and its new phase is set before the lock is released; at a fraction of the cost
+     * of `withPermits(1)` (B3, B5). Only the wait for the lock keeps the caller's interruptibility:
+     * `f` runs uninterruptibly, because what it changes (a durable splice with its `turn/start`, a
+     * forked activity) must be recorded in the phase it returns, or a drain is lost or orphaned.
      */
     modifyPhase<A, E>(f: (current: Phase) => Effect.Effect<readonly [A, Phase], E>): Effect.Effect<A, E> {
-      return (phaseLock ??= makeLock()).withLock(
-        Effect.flatMap(Effect.suspend(() => f(phase)), (result) => {
-          phase = result[1]
-          return Effect.succeed(result[0])
-        })
+      const lock = phaseLock ??= makeLock()
+      return Effect.uninterruptibleMask((restore) =>
+        lock.withLockFromMask(
+          Effect.flatMap(Effect.suspend(() => f(phase)), (result) => {
+            phase = result[1]
+            return Effect.succeed(result[0])
+          }),
+          restore
+        )
       )
     },
     /** `SynchronizedRef.updateEffect` over the phase (see `modifyPhase`). */
     updatePhase<E>(f: (current: Phase) => Effect.Effect<Phase, E>): Effect.Effect<void, E> {
-      return (phaseLock ??= makeLock()).withLock(
-        Effect.flatMap(Effect.suspend(() => f(phase)), (next) => {
-          phase = next
-          return Effect.void
-        })
+      const lock = phaseLock ??= makeLock()
+      return Effect.uninterruptibleMask((restore) =>
+        lock.withLockFromMask(
+          Effect.flatMap(Effect.suspend(() => f(phase)), (next) => {
+            phase = next
+            return Effect.void
+          }),
+          restore
+        )
       )
     },
-    openGate(published: boolean): Effect.Effect<void> {
-      return Effect.suspend(() => h.openGateNow(published))
-    },
-    /** `openGate` as a synchronous step, for callers already inside an operation of their own (B1). */
-    openGateNow(published: boolean): Effect.Effect<void> {
-      if (gateValue !== undefined) return Effect.void
+    /**
+     * Sets the gate (first wins) and wakes the senders waiting on it, in one synchronous step: a
+     * sender either sees the value or is woken by it.
+     */
+    openGateNow(published: boolean): void {
+      if (gateValue !== undefined) return
       gateValue = published
-      return gateWaiters === undefined ? Effect.void : Deferred.succeed(gateWaiters, published)
+      if (gateWaiters !== undefined) Deferred.unsafeDone(gateWaiters, Exit.succeed(published))
+    },
+    /**
+     * What a latched wake does once the gate is open: a drain for what is pending, if idle (the wake
+     * of a send made by the creation's own hooks, AGT-04, PUB-11).
+     */
+    get wakeIfIdle(): Effect.Effect<void> {
+      return h.updatePhase((phase) =>
+        Effect.gen(function*() {
+          if (phase._tag !== "Idle" || !(yield* deps.inbox.hasPending)) return phase
+          const opened = yield* (loopCache ??= buildLoop()).startDrain
+          return Option.getOrElse(opened, () => phase)
+        })
+      )
     },
     setStatus(next: AgentStatus): Effect.Effect<void> {
       return Effect.suspend(() => {
@@ -941,7 +964,15 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           yield* h.ensureUsable
           if (passage === "own-hook") {
             yield* deps.inbox.insert(target, message, "end")
-            if (wake) latchedWake = true
+            if (!wake) return
+            // the gate is looked at in the same step as the latch is set: before the creation
+            // opens it, the latch is seen by `open`; after (a fiber its hook forked may get here
+            // late), this send wakes the agent itself, as `open` would have
+            if (gateValue === undefined) {
+              latchedWake = true
+              return
+            }
+            if (gateValue) yield* h.wakeIfIdle
             return
           }
           yield* h.updatePhase((phase) => sendLocked(phase, message, target, wake))
@@ -997,7 +1028,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         const context = yield* Effect.context<R>()
         // the task's exit with the activity's cause, read before a latched wake forks the next one
         const done = yield* Deferred.make<readonly [Exit.Exit<A, E>, Option.Option<CancelCause>]>()
-        const fiber = yield* h.modifyPhase((phase) =>
+        const start = h.modifyPhase((phase) =>
           Effect.gen(function*() {
             yield* h.ensureUsable
             if (phase._tag !== "Idle") return yield* new AgentError.AgentBusy({ id: deps.id })
@@ -1018,7 +1049,12 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
             return [activity, maintenance] as const
           })
         )
-        const [exit, cause] = yield* Deferred.await(done).pipe(Effect.onInterrupt(() => Fiber.interruptFork(fiber)))
+        // the activity is forked and the handler that interrupts it with its caller installed in one
+        // uninterruptible stretch: an interrupted caller never leaves its task running
+        const [exit, cause] = yield* Effect.uninterruptibleMask((restore) =>
+          Effect.flatMap(start, (fiber) =>
+            restore(Deferred.await(done)).pipe(Effect.onInterrupt(() => Fiber.interruptFork(fiber))))
+        )
         if (Exit.isSuccess(exit)) return exit.value
         if (Cause.isInterruptedOnly(exit.cause)) {
           return yield* new AgentError.AgentCanceled({
@@ -1033,29 +1069,15 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
     open(published: boolean) {
       // one operation unless a send from the creation's own hooks latched a wake (B1)
       return Effect.suspend((): Effect.Effect<void> => {
-        const opened = h.openGateNow(published)
+        h.openGateNow(published)
         if (!published) {
-          // inactive once the waiting senders were told
-          if (opened === Effect.void) {
-            disposing = true
-            return opened
-          }
-          return Effect.zipRight(opened, Effect.sync(() => {
-            disposing = true
-          }))
+          // inactive, the waiting senders told in the same step
+          disposing = true
+          return Effect.void
         }
-        if (!latchedWake) return opened
+        if (!latchedWake) return Effect.void
         latchedWake = false
-        return Effect.zipRight(
-          opened,
-          h.updatePhase((phase) =>
-            Effect.gen(function*() {
-              if (phase._tag !== "Idle" || !(yield* deps.inbox.hasPending)) return phase
-              const opened = yield* (loopCache ??= buildLoop()).startDrain
-              return Option.getOrElse(opened, () => phase)
-            })
-          )
-        )
+        return h.wakeIfIdle
       })
     },
 
@@ -1065,10 +1087,11 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         if (phaseLock === undefined) {
           // never active: Idle, nothing to cancel or await; only a latched wake to reset (B1)
           latchedWake = false
-          return h.openGateNow(false)
+          h.openGateNow(false)
+          return Effect.void
         }
+        h.openGateNow(false)
         return Effect.gen(function*() {
-          yield* h.openGate(false)
           yield* driver.cancel({ kind: "disposed" }, { keepInbox: true }).pipe(Effect.ignore)
           yield* driver.whenIdle
         })
