@@ -19,7 +19,7 @@ const yieldingAtRandom = (seed: number): Scheduler.Scheduler => {
       return Math.floor(state / 65536) % 20 === 0 ? 0 : false
     },
     scheduleTask: (task) => {
-      setTimeout(task, 0)
+      setImmediate(task)
     }
   }
 }
