@@ -105,11 +105,17 @@ export class SessionPersistence extends Context.Tag("effect-agent/SessionPersist
   readonly remove: (id: SessionId) => Effect.Effect<void, SessionError.SessionLocked | SessionError.PersistenceError>
 }>() {}
 
+/** The lock of one memory writer: which instance holds it, and which of its writers. */
+interface MemoryLock {
+  readonly instanceId: string
+  readonly token: number
+}
+
 interface MemoryEntry {
   readonly header: SessionHeader
   readonly events: Array<SessionEvent>
   updatedAt: number
-  lock: { readonly instanceId: string; readonly token: number } | undefined
+  lock: MemoryLock | undefined
 }
 
 /**
@@ -182,7 +188,7 @@ export const layerMemory = (
      */
     const acquire = (id: SessionId, entry: MemoryEntry, createMode: boolean) =>
       Effect.withFiberRuntime<SessionWriter, SessionError.SessionLocked, Scope.Scope>((fiber) => {
-        let lock: { readonly instanceId: string; readonly token: number } | undefined
+        let lock: MemoryLock | undefined
         const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
         const release = Effect.sync(() => {
           if (lock !== undefined && entry.lock === lock) entry.lock = undefined
@@ -199,7 +205,7 @@ export const layerMemory = (
     const writerOf = (
       id: SessionId,
       entry: MemoryEntry,
-      lock: { readonly instanceId: string; readonly token: number },
+      lock: MemoryLock,
       createMode: boolean
     ): SessionWriter => {
       const holds = () => entry.lock === lock && sessions.get(id) === entry

@@ -101,4 +101,28 @@ describe("internal lock", () => {
       assert.isTrue(yield* Ref.get(finished))
       assert.strictEqual(yield* l.withLock(Effect.succeed("free")), "free")
     }))
+
+  it.effect("INB-02 withLockUninterruptibly: an interruptible caller's wait can be interrupted, its body cannot", () =>
+    Effect.gen(function*() {
+      const l = lock.make()
+      const inBody = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const finished = yield* Ref.make(false)
+      const holder = yield* Effect.fork(l.withLockUninterruptibly(
+        Deferred.succeed(inBody, undefined).pipe(
+          Effect.zipRight(Deferred.await(release)),
+          Effect.zipRight(Ref.set(finished, true))
+        )
+      ))
+      yield* Deferred.await(inBody)
+      const waiter = yield* Effect.fork(l.withLockUninterruptibly(Effect.void))
+      yield* eventually(allSuspended([waiter]))
+      assert.isTrue(Exit.isInterrupted(yield* Fiber.interrupt(waiter)))
+      const interrupting = yield* Effect.fork(Fiber.interrupt(holder))
+      yield* eventually(allSuspended([interrupting]))
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(interrupting)
+      assert.isTrue(yield* Ref.get(finished))
+      assert.strictEqual(yield* l.withLock(Effect.succeed("free")), "free")
+    }))
 })

@@ -221,28 +221,20 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
      * forked activity) must be recorded in the phase it returns, or a drain is lost or orphaned.
      */
     modifyPhase<A, E>(f: (current: Phase) => Effect.Effect<readonly [A, Phase], E>): Effect.Effect<A, E> {
-      const lock = phaseLock ??= makeLock()
-      return Effect.uninterruptibleMask((restore) =>
-        lock.withLockFromMask(
-          Effect.flatMap(Effect.suspend(() => f(phase)), (result) => {
-            phase = result[1]
-            return Effect.succeed(result[0])
-          }),
-          restore
-        )
+      return (phaseLock ??= makeLock()).withLockUninterruptibly(
+        Effect.flatMap(Effect.suspend(() => f(phase)), (result) => {
+          phase = result[1]
+          return Effect.succeed(result[0])
+        })
       )
     },
     /** `SynchronizedRef.updateEffect` over the phase (see `modifyPhase`). */
     updatePhase<E>(f: (current: Phase) => Effect.Effect<Phase, E>): Effect.Effect<void, E> {
-      const lock = phaseLock ??= makeLock()
-      return Effect.uninterruptibleMask((restore) =>
-        lock.withLockFromMask(
-          Effect.flatMap(Effect.suspend(() => f(phase)), (next) => {
-            phase = next
-            return Effect.void
-          }),
-          restore
-        )
+      return (phaseLock ??= makeLock()).withLockUninterruptibly(
+        Effect.flatMap(Effect.suspend(() => f(phase)), (next) => {
+          phase = next
+          return Effect.void
+        })
       )
     },
     /**

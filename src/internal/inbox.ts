@@ -372,7 +372,7 @@ const lockOf = (state: InboxCell): Lock => state.lock ??= makeLock()
 // Validate → durable splice → lists changed → notifications, all under the lock; uninterruptible
 // once the lock is held so a write can never be durable without its in-memory change (INB-01b, INB-02).
 const locked = <A, E>(state: InboxCell, body: Effect.Effect<A, E>): Effect.Effect<A, E> =>
-  lockOf(state).withLock(Effect.uninterruptible(body))
+  lockOf(state).withLockUninterruptibly(body)
 
 const publishChanges = (state: InboxCell, changes: ReadonlyArray<InboxChange>): Effect.Effect<void> => {
   const { feed, onChange } = state

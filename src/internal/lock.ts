@@ -17,6 +17,12 @@ export interface Lock {
    */
   readonly withLock: <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   /**
+   * Runs `self` holding the lock and uninterruptibly: only the wait keeps the caller's
+   * interruptibility. For a critical section whose changes must not be cut off from each other
+   * (a durable write and the state that records it).
+   */
+  readonly withLockUninterruptibly: <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+  /**
    * The same for a caller that is uninterruptible: only the wait is made interruptible, by the
    * caller's `restoreWait`; `self` runs as it is (it restores what it needs itself).
    */
@@ -72,6 +78,12 @@ export const make = (): Lock => {
       Effect.withFiberRuntime((_, status) =>
         RuntimeFlags.interruption(status.runtimeFlags)
           ? Effect.uninterruptibleMask((restore) => enter(restore(self), restore))
+          : enter(self, identity)
+      ),
+    withLockUninterruptibly: (self) =>
+      Effect.withFiberRuntime((_, status) =>
+        RuntimeFlags.interruption(status.runtimeFlags)
+          ? Effect.uninterruptibleMask((restore) => enter(self, restore))
           : enter(self, identity)
       ),
     withLockFromMask: (self, restoreWait) => Effect.suspend(() => enter(self, restoreWait))
