@@ -135,21 +135,6 @@ const inboxEvent = (agent: SessionId, change: InboxChange): AgentEvent => {
 }
 
 /**
- * Replays the inbox splices of a (repaired) log in memory (INB-05), before anything is written; the
- * projection is then the resumed agent's inbox, so the log is folded once (B4, B8).
- */
-const replayInbox = (id: SessionId, events: ReadonlyArray<SessionEvent>, seedLength: number) =>
-  Effect.suspend(() => {
-    const projection = new internalInbox.Projection()
-    for (let i = seedLength; i < events.length; i++) {
-      const event = events[i]!
-      const reason = projection.applyEvent(event)
-      if (reason !== undefined) return Effect.fail(new AgentError.InvalidInboxLog({ id, seq: event.seq, reason }))
-    }
-    return Effect.succeed(projection)
-  })
-
-/**
  * Why a creation stops before it completes: the factory closed before it entered
  * (`AgentLoopInactive`, FAC-04), or its teardown began — an owner closed — before it was published
  * (`AgentCreationVetoed{cause: AgentInactive}`, in both `CreateError` and `ResumeError`).
@@ -886,7 +871,8 @@ export const make: Effect.Effect<
               // RES-03: repair closers, then replay-validate the inbox on the repaired log, in memory
               const closers = Repair.closers(stored.events, { seedLength: stored.header.seedLength })
               const events = closers.length === 0 ? stored.events : [...stored.events, ...closers]
-              const replayed = yield* replayInbox(id, events, stored.header.seedLength)
+              // the replay is then the agent's inbox: the log is folded once (B4, B8)
+              const replayed = yield* internalInbox.replay(id, events, stored.header.seedLength)
               if (closers.length > 0) {
                 yield* opened.writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
               }

@@ -10,7 +10,7 @@ import { Data, Effect, Option, Schema, Stream } from "effect"
 import type { Array as Arr, Scope } from "effect"
 import * as AgentError from "../AgentError.js"
 import type { Inbox, InboxChange } from "../Inbox.js"
-import type { MessageId } from "../Message.js"
+import type { MessageId, SessionId } from "../Message.js"
 import { UserMessage } from "../Message.js"
 import type { Session } from "../Session.js"
 import * as SessionError from "../SessionError.js"
@@ -670,25 +670,32 @@ export const make = (
     // a new session has nothing to replay: its inbox in one operation (B1)
     const fresh = unsafeMakeFresh(session, options)
     if (fresh !== undefined) return Effect.succeed(fresh)
-    const state = new InboxCell(session, core(session), options?.onChange)
-    const { projection } = state
-    const log = state.sessionCore.log()
-    const end = log.length
-    const from = Math.min(session.header.seedLength, end)
-    return Stream.fromIterable(range(log, from, end)).pipe(
-      Stream.runForEachChunk((chunk) =>
-        Effect.suspend(() => {
-          for (const event of chunk) {
-            const reason = projection.applyEvent(event)
-            if (reason !== undefined) {
-              return Effect.fail(new AgentError.InvalidInboxLog({ id: session.id, seq: event.seq, reason }))
-            }
-          }
-          return Effect.void
-        })
-      ),
-      Effect.as(inboxOf(state))
+    return Effect.map(
+      replay(session.id, core(session).log(), session.header.seedLength),
+      (projection) => unsafeMakeReplayed(session, projection, options)
     )
+  })
+
+/**
+ * Replays the inbox events of a log after `seedLength` into a new projection, validating every
+ * splice like a live one (INB-05): the first that does not apply fails `InvalidInboxLog` with its
+ * seq. Resume replays the repaired log with it before anything is written (RES-03).
+ *
+ * @internal
+ */
+export const replay = (
+  id: SessionId,
+  events: ReadonlyArray<SessionEvent>,
+  seedLength: number
+): Effect.Effect<Projection, AgentError.InvalidInboxLog> =>
+  Effect.suspend(() => {
+    const projection = new Projection()
+    for (let i = seedLength; i < events.length; i++) {
+      const event = events[i]!
+      const reason = projection.applyEvent(event)
+      if (reason !== undefined) return Effect.fail(new AgentError.InvalidInboxLog({ id, seq: event.seq, reason }))
+    }
+    return Effect.succeed(projection)
   })
 
 /**
@@ -769,7 +776,3 @@ class InboxImpl implements InboxInternal {
 const inboxOf = (cell: InboxCell): InboxInternal => new InboxImpl(cell)
 
 const isNonEmpty = <A>(as: ReadonlyArray<A>): as is Arr.NonEmptyReadonlyArray<A> => as.length > 0
-
-function* range(log: ReadonlyArray<SessionEvent>, from: number, end: number): Generator<SessionEvent> {
-  for (let i = from; i < end; i++) yield log[i]!
-}
