@@ -286,6 +286,7 @@ export type CreateError =
   | NoAgentFactory
   | AgentLoopInactive
   | AgentInactive
+  | SessionError.SessionFull
   | SessionError.SessionConflict
   | SessionError.PersistenceError
 
@@ -308,6 +309,8 @@ export type ResumeError =
   | AgentCreationVetoed
   | NoAgentFactory
   | AgentLoopInactive
+  | SessionError.InvalidEventData
+  | SessionError.SessionFull
   | SessionError.SessionConflict
   | SessionError.PersistenceError
 

@@ -121,8 +121,14 @@ export const plan = (options: {
 export const fromPlan = (
   sessionPlan: SessionPlan,
   writer?: SessionWriter | undefined
-): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError, Scope.Scope> =>
-  internal.fromPlan(sessionPlan, writer)
+): Effect.Effect<
+  Session,
+  | SessionError.SessionConflict
+  | SessionError.InvalidEventData
+  | SessionError.SessionFull
+  | SessionError.PersistenceError,
+  Scope.Scope
+> => internal.fromPlan(sessionPlan, writer)
 
 /**
  * Builds a live session over a stored log and its exclusive writer (for resume).

@@ -177,6 +177,25 @@ export class PersistenceError extends Schema.TaggedError<PersistenceError>("effe
 }
 
 /**
+ * An append would take the session past its size limit (`maxSessionBytes` of the persistence layer,
+ * DUR-05). Nothing was appended; the session stays readable. Fork it (from a closed-turn boundary)
+ * or start a new session, or raise the limit.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class SessionFull extends Schema.TaggedError<SessionFull>("effect-agent/SessionFull")(
+  "SessionFull",
+  { id: Schema.String, size: Schema.Number, limit: Schema.Number }
+) {
+  override get message(): string {
+    return `session ${JSON.stringify(this.id)} is full: the append would take it to ${this.size} bytes, ` +
+      `over its limit of ${this.limit}. Nothing was appended; continue in a fork or a new session, ` +
+      "or raise maxSessionBytes"
+  }
+}
+
+/**
  * A fork boundary falls inside an open turn.
  *
  * @since 0.1.0
@@ -214,4 +233,9 @@ export class InvalidForkBoundary extends Schema.TaggedError<InvalidForkBoundary>
  * @since 0.1.0
  * @category errors
  */
-export type SessionAppendError = InvalidEventData | SessionClosed | SessionConflict | PersistenceError
+export type SessionAppendError =
+  | InvalidEventData
+  | SessionFull
+  | SessionClosed
+  | SessionConflict
+  | PersistenceError

@@ -25,7 +25,13 @@ export interface SessionWriter {
    */
   readonly append: (
     events: Arr.NonEmptyReadonlyArray<SessionEvent>
-  ) => Effect.Effect<void, SessionError.SessionConflict | SessionError.PersistenceError>
+  ) => Effect.Effect<
+    void,
+    | SessionError.SessionConflict
+    | SessionError.InvalidEventData
+    | SessionError.SessionFull
+    | SessionError.PersistenceError
+  >
   /** The seq the next batch must start at. */
   readonly nextSeq: Effect.Effect<number>
   /**

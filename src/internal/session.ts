@@ -363,8 +363,19 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
 export const fromPlan = (
   sessionPlan: SessionPlan,
   writer: SessionWriter | undefined
-): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError, Scope.Scope> =>
+): Effect.Effect<Session, SeedWriteError, Scope.Scope> =>
   Effect.flatMap(Effect.scope, (scope) => fromPlanIn(scope, sessionPlan, writer))
+
+/**
+ * What writing a plan's seed can fail with.
+ *
+ * @internal
+ */
+export type SeedWriteError =
+  | SessionError.SessionConflict
+  | SessionError.InvalidEventData
+  | SessionError.SessionFull
+  | SessionError.PersistenceError
 
 /**
  * `fromPlan` with its Scope given, and the runtime the writer fiber forks from (see `MakeOptions`).
@@ -376,7 +387,7 @@ export const fromPlanIn = (
   sessionPlan: SessionPlan,
   writer: SessionWriter | undefined,
   runtime?: Runtime.Runtime<never>
-): Effect.Effect<Session, SessionError.SessionConflict | SessionError.PersistenceError> =>
+): Effect.Effect<Session, SeedWriteError> =>
   // no generator (B1): the seed is written first, when there is one to write
   writer !== undefined && sessionPlan.seed.length > 0
     ? Effect.zipRight(
