@@ -117,7 +117,8 @@ export const ReasoningPart = Schema.Struct({ type: Schema.Literal("reasoning"), 
 export type ReasoningPart = typeof ReasoningPart.Type
 
 /**
- * A tool call as the model produced it: `arguments` is the raw argument text.
+ * A tool call as the model produced it: `arguments` is the raw argument text. `providerCallId` is
+ * present only when the provider's id was replaced by a minted `callId` (DUR-02, format version 2).
  *
  * @since 0.1.0
  * @category content
@@ -126,7 +127,12 @@ export const ToolCallPart = Schema.Struct({
   type: Schema.Literal("tool-call"),
   callId: Schema.String.pipe(Schema.minLength(1)),
   name: Schema.String,
-  arguments: Schema.String
+  arguments: Schema.String,
+  /**
+   * The id the provider gave the call, when it was not usable as a `callId` (empty, over 128
+   * characters or not printable ASCII) and the driver minted one instead (DUR-02; format v2).
+   */
+  providerCallId: Schema.optionalWith(Schema.String, { exact: true })
 })
 
 /**

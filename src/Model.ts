@@ -8,7 +8,7 @@ import { Context, Effect, Layer } from "effect"
 import type { ModelError } from "./AgentError.js"
 import * as scriptedModel from "./internal/scripted.js"
 import type { Message, SessionId } from "./Message.js"
-import type { JsonRecord, Usage } from "./SessionEvent.js"
+import type { FinishReason, JsonRecord, Usage } from "./SessionEvent.js"
 
 export {
   /**
@@ -49,7 +49,9 @@ export interface ModelRequest {
 
 /**
  * What a model streams: text and reasoning deltas, complete tool calls with their raw argument
- * text, and a final `finish`.
+ * text, and a final `finish`. The driver normalises what it logs (DUR-02): unusable call ids are
+ * replaced by minted ones (the provider's kept as `providerCallId`), usage keeps only its known
+ * non-negative integer fields, and a reason outside {@link FinishReason} is logged as `"other"`.
  *
  * @since 0.1.0
  * @category models
@@ -58,7 +60,7 @@ export type ModelChunk =
   | { readonly _tag: "TextDelta"; readonly text: string }
   | { readonly _tag: "ReasoningDelta"; readonly text: string }
   | { readonly _tag: "ToolCall"; readonly callId: string; readonly name: string; readonly arguments: string }
-  | { readonly _tag: "Finish"; readonly reason: "stop" | "tool-calls" | "max-tokens"; readonly usage?: Usage | undefined }
+  | { readonly _tag: "Finish"; readonly reason: FinishReason; readonly usage?: Usage | undefined }
 
 /**
  * The model service.

@@ -59,6 +59,16 @@ export interface SessionPlan {
   readonly seed: ReadonlyArray<SessionEvent>
 }
 
+/** The type a seed event names, for an error message (never throws, DUR-10). */
+const seedTypeOf = (event: unknown): string => {
+  try {
+    const type = (event as { readonly type?: unknown } | undefined)?.type
+    return typeof type === "string" ? type : "(seed)"
+  } catch {
+    return "(seed)"
+  }
+}
+
 /**
  * Validates the header fields and seed of a new session (ID-01, EVT-01..03). Seed events must be
  * contiguous from seq 0 and valid like stored events.
@@ -91,7 +101,7 @@ export const plan = (options: {
     if (Either.isLeft(event)) {
       return Either.left(
         new SessionError.InvalidEventData({
-          type: String((seedInput[i] as { readonly type?: unknown } | undefined)?.type),
+          type: seedTypeOf(seedInput[i]),
           reason: `seed event ${i}: ${event.left.reason}`
         })
       )

@@ -61,12 +61,24 @@ export const JsonRecord: Schema.Schema<JsonRecord> = Schema.Record({ key: Schema
 export const FORMAT = "effect-agent/session" as const
 
 /**
- * The format version this library writes and reads (EVT-04).
+ * The format version this library writes (DUR-00). It reads and appends to sessions of every
+ * version in {@link SUPPORTED_VERSIONS}; a newer one is refused (EVT-04).
  *
  * @since 0.1.0
  * @category format
  */
-export const VERSION = 1 as const
+export const VERSION = 2 as const
+
+/**
+ * The format versions this library reads and appends to (DUR-00). Version 2 adds
+ * `providerCallId` on tool-call parts, the `reasoningTokens`/`cachedInputTokens` usage fields and the
+ * `"other"` finish reason; they may be appended to a version-1 session too (an older library then
+ * refuses the session, which is safe).
+ *
+ * @since 0.2.0
+ * @category format
+ */
+export const SUPPORTED_VERSIONS = [1, 2] as const
 
 /**
  * @since 0.1.0
@@ -74,7 +86,7 @@ export const VERSION = 1 as const
  */
 export const SessionHeader = Schema.Struct({
   format: Schema.Literal(FORMAT),
-  version: Schema.Literal(VERSION),
+  version: Schema.Literal(...SUPPORTED_VERSIONS),
   id: SessionId,
   createdAt: Schema.NonNegativeInt,
   parentSession: Schema.optionalWith(SessionId, { exact: true }),
@@ -153,14 +165,17 @@ export const UserMessageEntered = envelope(
 )
 
 /**
- * Token usage reported by a model.
+ * Token usage reported by a model. The driver keeps only these fields, and only integers ≥ 0
+ * (DUR-02); `reasoningTokens` and `cachedInputTokens` are format version 2.
  *
  * @since 0.1.0
  * @category core events
  */
 export const Usage = Schema.Struct({
   inputTokens: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }),
-  outputTokens: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
+  outputTokens: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }),
+  reasoningTokens: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }),
+  cachedInputTokens: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
 })
 
 /**
@@ -168,6 +183,21 @@ export const Usage = Schema.Struct({
  * @category core events
  */
 export type Usage = typeof Usage.Type
+
+/**
+ * Why a model stopped: `"other"` (format version 2) stands for any reason a provider gave that is
+ * not one of the others (DUR-02).
+ *
+ * @since 0.2.0
+ * @category core events
+ */
+export const FinishReason = Schema.Literal("stop", "tool-calls", "max-tokens", "other")
+
+/**
+ * @since 0.2.0
+ * @category core events
+ */
+export type FinishReason = typeof FinishReason.Type
 
 /**
  * @since 0.1.0
@@ -180,7 +210,7 @@ export const AssistantMessageLogged = envelope(
     step: Step,
     message: AssistantMessage,
     usage: Schema.optionalWith(Usage, { exact: true }),
-    finish: Schema.optionalWith(Schema.Literal("stop", "tool-calls", "max-tokens"), { exact: true }),
+    finish: Schema.optionalWith(FinishReason, { exact: true }),
     interrupted: Schema.optionalWith(Schema.Literal(true), { exact: true })
   }).pipe(
     Schema.filter((d) =>

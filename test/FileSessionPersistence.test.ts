@@ -10,6 +10,7 @@ import { SessionPersistence } from "../src/SessionPersistence.js"
 import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
 import { inDirectory, newFilePlan, newGate, withFilePlan } from "./fixtures/instrumentedFiles.js"
 import { withLogs } from "./fixtures/logs.js"
+import { VERSION } from "../src/SessionEvent.js"
 
 class Directory extends Context.Tag("test/Directory")<Directory, string>() {}
 
@@ -153,7 +154,7 @@ describe("FileSessionPersistence", () => {
       Effect.gen(function*() {
         const id = sid("newer")
         const file = fileOf(directory, id)
-        yield* writeText(file, line({ ...header(id), version: 2, extra: "new" }) + line(notes(0, 1)[0]))
+        yield* writeText(file, line({ ...header(id), version: VERSION + 1, extra: "new" }) + line(notes(0, 1)[0]))
         const before = yield* readBytes(file)
         const persistence = yield* persistenceAt(directory)
         const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))

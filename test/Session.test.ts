@@ -1,5 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Arbitrary, Chunk, Effect, Either, Exit, FastCheck, Fiber, Schema, Scope, Stream, TestClock } from "effect"
+import * as codec from "../src/internal/eventCodec.js"
 import { core } from "../src/internal/session.js"
 import * as Message from "../src/Message.js"
 import * as Session from "../src/Session.js"
@@ -46,12 +47,31 @@ describe("Message", () => {
     assert.deepStrictEqual(c.source, { kind: "system" })
   })
 
+  // Core events as their schemas generate them, and on purpose some with `__proto__` keys where the
+  // vocabulary allows any key (a tool's JSON-schema parameters): Schema's encoder rebuilds records
+  // by assignment and would lose such a key, so the stored and the read values are compared.
+  const withProtoKeys = FastCheck.tuple(Arbitrary.make(SessionEvent.CoreEvent), FastCheck.json({ maxDepth: 2 })).map(
+    ([event, inner]): SessionEvent.CoreEvent => {
+      if (event.type !== "request/config") return event
+      const parameters = JSON.parse(`{"__proto__":${inner},"type":"object"}`) as SessionEvent.JsonRecord
+      return { ...event, data: { ...event.data, tools: [...event.data.tools, { name: "p", description: "", parameters }] } }
+    }
+  )
+
   it.prop("MSG-00 every durable schema's Type equals its Encoded form (JSON round trip is identity)", [
-    SessionEvent.CoreEvent
+    FastCheck.oneof(Arbitrary.make(SessionEvent.CoreEvent), withProtoKeys)
   ], ([event]) => {
-    const encoded = Schema.encodeSync(SessionEvent.CoreEvent)(event)
-    assert.deepStrictEqual(encoded, event)
-    assert.deepStrictEqual(Schema.decodeUnknownSync(SessionEvent.CoreEvent)(JSON.parse(JSON.stringify(event))), event)
+    // what an append stores (DUR-01) and what a reader reads back from its JSON text are the same value
+    const stored = codec.coreEvent(event)
+    assert.isTrue(Either.isRight(stored))
+    if (Either.isLeft(stored)) return
+    const record = { seq: event.seq, time: event.time, ...stored.right }
+    const read = codec.storedEvent(JSON.parse(JSON.stringify(record)), event.seq)
+    assert.isTrue(Either.isRight(read))
+    if (Either.isLeft(read)) return
+    assert.strictEqual(JSON.stringify(read.right), JSON.stringify(event))
+    assert.deepStrictEqual(read.right, record as SessionEvent.SessionEvent)
+    assert.isTrue(Schema.is(SessionEvent.CoreEvent)(read.right))
   })
 })
 
@@ -278,7 +298,7 @@ describe("Session", () => {
     assert.isTrue(Either.isRight(planned))
     if (Either.isRight(planned)) {
       assert.strictEqual(planned.right.header.seedLength, 3)
-      assert.strictEqual(planned.right.header.version, 1)
+      assert.strictEqual(planned.right.header.version, SessionEvent.VERSION)
     }
     const gap = [good[0], { ...good[1], seq: 5 }] as unknown as ReadonlyArray<SessionEvent.SessionEvent>
     const extra = [{ ...good[0], extra: 1 }] as unknown as ReadonlyArray<SessionEvent.SessionEvent>

@@ -14,6 +14,7 @@ import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures
 import { recordingTracer } from "./fixtures/groupCommit.js"
 import { withLogs } from "./fixtures/logs.js"
 import { allSuspended, eventually } from "./fixtures/waiting.js"
+import { VERSION } from "../src/SessionEvent.js"
 
 /** A fresh in-memory SQLite database per build. */
 const sqliteMemory = SqliteClient.layer({ filename: ":memory:" })
@@ -258,7 +259,7 @@ describe("SqlSessionPersistence on SQLite", () => {
 
       const newer = sid("newer")
       yield* Effect.scoped(persistence.create(header(newer)))
-      yield* sql`UPDATE effect_agent_sessions SET header = ${JSON.stringify({ ...header(newer), version: 2 })}
+      yield* sql`UPDATE effect_agent_sessions SET header = ${JSON.stringify({ ...header(newer), version: VERSION + 1 })}
         WHERE session_id = ${newer}`
       assert.strictEqual((yield* Effect.flip(persistence.read(newer)))._tag, "SessionFormatUnsupported")
       const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(newer)))

@@ -23,6 +23,7 @@ import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as Tool from "../src/Tool.js"
 import { endsCompleted, hasEntered, insertedIds, logViolations } from "./fixtures/faultyPersistence.js"
 import { route } from "./fixtures/runtime.js"
+import { VERSION } from "../src/SessionEvent.js"
 
 const ID = "crashing"
 
@@ -311,7 +312,7 @@ describe("crash recovery", () => {
         }, "SessionCorrupt"],
         [
           "newer-version",
-          (id) => [line({ ...header, id, version: 2 }), ...body(id).slice(1)].join(""),
+          (id) => [line({ ...header, id, version: VERSION + 1 }), ...body(id).slice(1)].join(""),
           "SessionFormatUnsupported"
         ],
         ["newer-event-type", (id) => {

@@ -3,6 +3,7 @@ import { Cause, Chunk, Effect, Either, Exit, Fiber, Scope, Stream, TestClock } f
 import type { Scheduler } from "effect"
 import { core } from "../src/internal/session.js"
 import * as Session from "../src/Session.js"
+import * as SessionError from "../src/SessionError.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
 import type { SessionWriter } from "../src/SessionPersistence.js"
 import { recordingWriter } from "./fixtures/writers.js"
@@ -68,13 +69,20 @@ describe("Session writer", () => {
       assert.deepStrictEqual((yield* stored).map((e) => e.data), [4])
     }))
 
-  it.scoped("SES-00 appendCore of non-JSON data is a defect and commits nothing", () =>
+  it.scoped("SES-00 DUR-01 appendCore of data the reader would refuse fails InvalidEventData and commits nothing", () =>
     Effect.gen(function*() {
       const session = yield* Session.make({ id: "w3" })
-      const exit = yield* Effect.exit(
-        core(session).appendCore([{ type: "turn/start", data: { turn: 1n } } as never])
-      )
-      assert.isTrue(Exit.isFailure(exit) && Cause.isDie(exit.cause))
+      for (
+        const event of [
+          { type: "turn/start", data: { turn: 1n } },
+          { type: "turn/start", data: { turn: 0 } },
+          { type: "step/start", data: { turn: 1, step: 1, extra: true } }
+        ]
+      ) {
+        const exit = yield* Effect.exit(core(session).appendCore([event as never]))
+        assert.isTrue(Exit.isFailure(exit) && !Cause.isDie(exit.cause), event.type)
+        if (Exit.isFailure(exit)) assert.strictEqual(Cause.squash(exit.cause) instanceof SessionError.InvalidEventData, true)
+      }
       assert.strictEqual((yield* session.events).length, 0)
       assert.strictEqual((yield* session.append({ type: "test/a", data: 1 })).seq, 0)
     }))

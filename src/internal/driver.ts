@@ -26,17 +26,18 @@ import {
 import type { Agent, AgentOptions } from "../Agent.js"
 import * as AgentError from "../AgentError.js"
 import { AgentEvent, type AgentStatus } from "../AgentEvent.js"
-import type { AssistantMessage, MessageId, SessionId, ToolResultMessage, UserMessage } from "../Message.js"
+import type { AssistantMessage, ContentPart, MessageId, SessionId, ToolResultMessage, UserMessage } from "../Message.js"
 import type { ModelChunk, ModelRequest, ToolSchema } from "../Model.js"
 import type { Model } from "../Model.js"
 import type { Session } from "../Session.js"
 import type * as SessionError from "../SessionError.js"
-import type { CancelCause, CoreEventInput, InboxTarget, TurnEndReason, Usage } from "../SessionEvent.js"
+import type { CancelCause, CoreEventInput, FinishReason, InboxTarget, TurnEndReason, Usage } from "../SessionEvent.js"
 import type * as Tool from "../Tool.js"
 import type { HookRunners } from "./hooks.js"
 import type { InboxInternal } from "./inbox.js"
 import type { Lock } from "./lock.js"
 import { make as makeLock } from "./lock.js"
+import * as modelOutput from "./modelOutput.js"
 import { core } from "./session.js"
 
 /** @internal */
@@ -106,7 +107,7 @@ const ABORTED_BEFORE_DISPATCH_TEXT = "The tool was not started: the turn was can
 const DEFECT_TEXT = "The tool failed unexpectedly (a defect); its side effects are unknown."
 
 interface Finish {
-  readonly reason: "stop" | "tool-calls" | "max-tokens"
+  readonly reason: FinishReason
   readonly usage?: Usage | undefined
 }
 
@@ -117,6 +118,7 @@ interface ToolOutcome {
 
 interface PendingCall {
   readonly callId: string
+  readonly providerCallId?: string | undefined
   readonly name: string
   readonly arguments: string
   state: "waiting" | "started" | "done"
@@ -173,6 +175,30 @@ const textResult = (
   content: [{ type: "text", text }],
   isError
 })
+
+/**
+ * What a tool returned, as the log can carry it (DUR-02): JSON content of known part shapes, or the
+ * reason it is not (never throws, whatever the tool returned).
+ */
+const toolOutputOf = (
+  value: unknown
+): Either.Either<
+  { readonly content: ReadonlyArray<ContentPart>; readonly isError: boolean; readonly concludesTurn: boolean },
+  string
+> => {
+  try {
+    const result = value as Tool.ToolResult
+    const content = modelOutput.toolContent(result.content)
+    if (Either.isLeft(content)) return Either.left(content.left)
+    return Either.right({
+      content: content.right,
+      isError: result.isError === true,
+      concludesTurn: result.concludesTurn === true
+    })
+  } catch (e) {
+    return Either.left(`reading the result threw (${e instanceof Error ? e.message : String(e)})`)
+  }
+}
 
 const isNonEmpty = <A>(as: Array<A>): as is Arr.NonEmptyArray<A> => as.length > 0
 
@@ -397,17 +423,24 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
                 restore(tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }))
               )
               if (Exit.isSuccess(exit)) {
-                call.result = {
-                  message: {
-                    id: `tool:${call.callId}` as MessageId,
-                    role: "tool",
-                    toolCallId: call.callId,
-                    toolName: call.name,
-                    content: exit.value.content,
-                    isError: exit.value.isError === true
+                const output = toolOutputOf(exit.value)
+                call.result = Either.isRight(output)
+                  ? {
+                    message: {
+                      id: `tool:${call.callId}` as MessageId,
+                      role: "tool",
+                      toolCallId: call.callId,
+                      toolName: call.name,
+                      content: output.right.content,
+                      isError: output.right.isError
+                    }
                   }
-                }
-                concludes = exit.value.concludesTurn === true
+                  : {
+                    // DUR-02: the model sees the tool's mistake; the agent is never broken by it
+                    message: textResult(call, `The tool returned output that cannot be logged: ${output.left}`, true),
+                    error: { name: "InvalidToolOutput", code: "INVALID_TOOL_OUTPUT" }
+                  }
+                concludes = Either.isRight(output) && output.right.concludesTurn
               } else if (Cause.isInterruptedOnly(exit.cause)) {
                 return yield* Effect.failCause(exit.cause)
               } else {
@@ -508,7 +541,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           ctx.streamedText = ""
           ctx.streamedReasoning = ""
           ctx.streaming = true
-          const calls: Array<{ readonly callId: string; readonly name: string; readonly arguments: string }> = []
+          const calls: Array<{ readonly callId: unknown; readonly name: unknown; readonly arguments: unknown }> = []
           let finish: Finish | undefined
           // one Effect per chunk, its elements handled in order: a state update, then its emit
           const onChunk = (chunk: Chunk.Chunk<ModelChunk>): Effect.Effect<void> => {
@@ -541,7 +574,8 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
                     calls.push({ callId: item.callId, name: item.name, arguments: item.arguments })
                     break
                   case "Finish":
-                    finish = { reason: item.reason, usage: item.usage }
+                    // DUR-02: only what the log can carry (known usage fields, a known or "other" reason)
+                    finish = { reason: modelOutput.normalizeFinishReason(item.reason), usage: modelOutput.normalizeUsage(item.usage) }
                     break
                 }
               }
@@ -560,7 +594,11 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           const exit = yield* Effect.exit(Effect.interruptible(drained))
           if (Exit.isSuccess(exit)) {
             ctx.streaming = false
-            return { calls, finish: finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const } }
+            return {
+              // DUR-02: call ids the log, the results and the next request can carry
+              calls: modelOutput.normalizeCalls(ctx.turn, step, calls),
+              finish: finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const }
+            }
           }
           // interrupted (a cancel): the closers keep what was delivered so far (CAN-05)
           if (Cause.isInterrupted(exit.cause)) return yield* Effect.failCause(exit.cause)
@@ -669,7 +707,13 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           if (ctx.streamedText !== "") content.push({ type: "text", text: ctx.streamedText })
           if (!maxTokens) {
             for (const call of reply.calls) {
-              content.push({ type: "tool-call", callId: call.callId, name: call.name, arguments: call.arguments })
+              content.push({
+                type: "tool-call",
+                callId: call.callId,
+                name: call.name,
+                arguments: call.arguments,
+                ...(call.providerCallId !== undefined ? { providerCallId: call.providerCallId } : {})
+              })
             }
           }
           const message: AssistantMessage = {

@@ -9,20 +9,92 @@ import { Either, ParseResult, Schema } from "effect"
 import { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import * as SessionEvent from "../SessionEvent.js"
-import { deepFreeze, isLosslessParsedJson, snapshot } from "./json.js"
+import { deepFreeze, isLosslessParsedJson, MAX_DEPTH, snapshot } from "./json.js"
 
 const strict = { onExcessProperty: "error", errors: "first" } as const
-const decodeCore = Schema.decodeUnknownEither(SessionEvent.CoreEvent, strict)
 const decodeHeaderStrict = Schema.decodeUnknownEither(SessionEvent.SessionHeader, strict)
 const decodeEnvelope = Schema.decodeUnknownEither(SessionEvent.Envelope, strict)
 
+/** The schema of each core type's `data`, taken from the event schemas themselves. */
+const coreDataSchemas: { readonly [T in SessionEvent.CoreType]: Schema.Schema<any, any, never> } = {
+  "agent/inbox/spliced": SessionEvent.InboxSpliced.fields.data,
+  "turn/start": SessionEvent.TurnStart.fields.data,
+  "step/start": SessionEvent.StepStart.fields.data,
+  "step/end": SessionEvent.StepEnd.fields.data,
+  "user/message": SessionEvent.UserMessageEntered.fields.data,
+  "assistant/message": SessionEvent.AssistantMessageLogged.fields.data,
+  "tool/call": SessionEvent.ToolCallLogged.fields.data,
+  "tool/result": SessionEvent.ToolResultLogged.fields.data,
+  "turn/end": SessionEvent.TurnEnd.fields.data,
+  "request/config": SessionEvent.RequestConfig.fields.data
+}
+
+const coreDataDecoders = Object.fromEntries(
+  Object.entries(coreDataSchemas).map(([type, schema]) => [type, Schema.decodeUnknownEither(schema, strict)])
+) as { readonly [T in SessionEvent.CoreType]: (u: unknown) => Either.Either<unknown, ParseResult.ParseError> }
+
 const formatError = (error: ParseResult.ParseError): string => ParseResult.TreeFormatter.formatErrorSync(error)
+
+/** Why an event's type or data was refused. @internal */
+export type RecordProblem =
+  | { readonly _tag: "Invalid"; readonly reason: string }
+  | { readonly _tag: "Unsupported"; readonly reason: string }
+
+const invalid = (reason: string): Either.Either<never, RecordProblem> => Either.left({ _tag: "Invalid", reason })
+
+const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
+
+/** The longest custom event type. */
+const MAX_CUSTOM_TYPE_LENGTH = 256
+
+/**
+ * Why a custom type is refused, or undefined (DUR-09: the rule every backend shares — a NUL or a
+ * lone surrogate cannot be stored in a Postgres text column, so no backend takes one).
+ */
+const customTypeProblem = (type: string): string | undefined => {
+  if (!type.includes("/") || type.length > MAX_CUSTOM_TYPE_LENGTH) {
+    return `a custom type contains a "/" (namespace it, e.g. "my-plugin/note") and is at most ${MAX_CUSTOM_TYPE_LENGTH} characters`
+  }
+  if (type.includes("\u0000")) return "an event type may not contain NUL (\\u0000)"
+  if (loneSurrogate.test(type)) return "an event type may not contain a lone surrogate (it is not valid Unicode)"
+  return undefined
+}
+
+/**
+ * DUR-01: the one rule for an event's type and data, applied at append (custom, core, repair
+ * closers, anything a model or tool produced) and at read. Returns the frozen data.
+ */
+const eventData = (type: string, data: unknown): Either.Either<SessionEvent.JsonValue, RecordProblem> => {
+  const copied = snapshot(data, MAX_DEPTH)
+  if (copied._tag === "Left") {
+    const where = "$.data" + copied.problem.path.slice(1)
+    return invalid(`${where}: ${copied.problem.reason}`)
+  }
+  if (SessionEvent.isCoreType(type)) {
+    if (isCoreData(type, copied.value)) return Either.right(copied.value)
+    const decoded = coreDataDecoders[type](copied.value)
+    if (Either.isLeft(decoded)) return invalid(`data of ${type}: ${formatError(decoded.left)}`)
+    return Either.right(copied.value)
+  }
+  if (SessionEvent.isReservedType(type)) return Either.left({ _tag: "Unsupported", reason: `unknown core event type ${JSON.stringify(type)}` })
+  const problem = customTypeProblem(type)
+  if (problem !== undefined) return invalid(`event type ${JSON.stringify(type)}: ${problem}`)
+  return Either.right(copied.value)
+}
 
 /** @internal */
 export const customInput = (
   input: SessionEvent.CustomEventInput
 ): Either.Either<{ readonly type: string; readonly data: SessionEvent.JsonValue }, SessionError.InvalidEventData> => {
-  const type: unknown = (input as { readonly type?: unknown } | null)?.type
+  let type: unknown
+  let data: unknown
+  try {
+    type = (input as { readonly type?: unknown } | null)?.type
+    data = (input as { readonly data?: unknown }).data
+  } catch (e) {
+    // DUR-10: a hostile input object refuses itself instead of crashing the caller
+    return Either.left(new SessionError.InvalidEventData({ type: "(unreadable)", reason: `reading the input threw (${String(e)})` }))
+  }
   if (typeof type !== "string") {
     return Either.left(new SessionError.InvalidEventData({ type: String(type), reason: "the type must be a string" }))
   }
@@ -35,61 +107,49 @@ export const customInput = (
       })
     )
   }
-  if (!type.includes("/") || type.length > 256) {
-    return Either.left(
-      new SessionError.InvalidEventData({
-        type,
-        reason: "a custom type contains a \"/\" (namespace it, e.g. \"my-plugin/note\") and is at most 256 characters"
-      })
-    )
-  }
-  const data = snapshot(input.data)
-  if (data._tag === "Left") {
-    return Either.left(
-      new SessionError.InvalidEventData({ type, reason: `data at ${data.problem.path}: ${data.problem.reason}` })
-    )
-  }
-  return Either.right({ type, data: data.value })
+  const checked = eventData(type, data)
+  if (Either.isLeft(checked)) return Either.left(new SessionError.InvalidEventData({ type, reason: checked.left.reason }))
+  return Either.right({ type, data: checked.right })
 }
 
-/** Why a stored record was refused. @internal */
-export type RecordProblem =
-  | { readonly _tag: "Invalid"; readonly reason: string }
-  | { readonly _tag: "Unsupported"; readonly reason: string }
+/**
+ * Validates a core event built in process before it is appended, with the same rules the reader
+ * applies (DUR-01): an event the reader would refuse fails `InvalidEventData` and is never written.
+ * Returns the frozen `{type, data}`.
+ *
+ * @internal
+ */
+export const coreEvent = (
+  event: SessionEvent.CoreEventInput
+): Either.Either<{ readonly type: string; readonly data: SessionEvent.JsonValue }, SessionError.InvalidEventData> => {
+  const type = event.type
+  const checked = eventData(type, event.data)
+  if (Either.isLeft(checked)) return Either.left(new SessionError.InvalidEventData({ type, reason: checked.left.reason }))
+  return Either.right({ type, data: checked.right })
+}
 
 /**
- * Validates a stored (or seeded) event whose position in the log is `expectedSeq`. The result is
- * deep-frozen; `raw` must not be used by the caller afterwards when it came from `JSON.parse`.
+ * Validates a stored (or seeded) event whose position in the log is `expectedSeq`: its envelope,
+ * then its type and data by the append rule (DUR-01). The result is frozen; `raw` must not be used
+ * by the caller afterwards when it came from `JSON.parse`.
  *
  * @internal
  */
 export const storedEvent = (raw: unknown, expectedSeq: number): Either.Either<SessionEvent.SessionEvent, RecordProblem> => {
-  const envelope = decodeEnvelope(raw)
-  if (Either.isLeft(envelope)) return Either.left({ _tag: "Invalid", reason: formatError(envelope.left) })
-  const { seq, type } = envelope.right
+  let envelope: Either.Either<typeof SessionEvent.Envelope.Type, ParseResult.ParseError>
+  try {
+    envelope = decodeEnvelope(raw)
+  } catch (e) {
+    return invalid(`reading the record threw (${String(e)})`)
+  }
+  if (Either.isLeft(envelope)) return invalid(formatError(envelope.left))
+  const { data, seq, time, type } = envelope.right
   if (seq !== expectedSeq) {
-    return Either.left({ _tag: "Invalid", reason: `seq ${seq} where ${expectedSeq} was expected (seqs are contiguous from 0)` })
+    return invalid(`seq ${seq} where ${expectedSeq} was expected (seqs are contiguous from 0)`)
   }
-  if (SessionEvent.isCoreType(type)) {
-    const decoded = decodeCore(raw)
-    if (Either.isLeft(decoded)) return Either.left({ _tag: "Invalid", reason: formatError(decoded.left) })
-    const checked = snapshot(raw)
-    if (checked._tag === "Left") {
-      return Either.left({ _tag: "Invalid", reason: `${checked.problem.path}: ${checked.problem.reason}` })
-    }
-    return Either.right(checked.value as unknown as SessionEvent.SessionEvent)
-  }
-  if (SessionEvent.isReservedType(type)) {
-    return Either.left({ _tag: "Unsupported", reason: `unknown core event type ${JSON.stringify(type)}` })
-  }
-  if (!type.includes("/")) {
-    return Either.left({ _tag: "Invalid", reason: `event type ${JSON.stringify(type)} is neither core nor custom` })
-  }
-  const checked = snapshot(raw)
-  if (checked._tag === "Left") {
-    return Either.left({ _tag: "Invalid", reason: `${checked.problem.path}: ${checked.problem.reason}` })
-  }
-  return Either.right(checked.value as unknown as SessionEvent.SessionEvent)
+  const checked = eventData(type, data)
+  if (Either.isLeft(checked)) return Either.left(checked.left)
+  return Either.right(Object.freeze({ seq, time, type, data: checked.right }) as SessionEvent.SessionEvent)
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -126,7 +186,12 @@ const isArrayOf = (u: unknown, item: (u: unknown) => boolean): boolean => {
 
 const isTextLike = (o: Fields, type: string): boolean => o.type === type && isString(o.text) && keyCount(o) === 2
 
-const isContentPart = (u: unknown): boolean =>
+/**
+ * Whether a plain JSON value surely decodes as a `ContentPart` under strict decoding.
+ *
+ * @internal
+ */
+export const isContentPart = (u: unknown): boolean =>
   isFields(u) &&
   (isTextLike(u, "text") || (u.type === "image" && isString(u.mediaType) && isString(u.data) && keyCount(u) === 3))
 
@@ -134,7 +199,7 @@ const isAssistantPart = (u: unknown): boolean =>
   isFields(u) &&
   (isTextLike(u, "text") || isTextLike(u, "reasoning") ||
     (u.type === "tool-call" && isNonEmpty(u.callId) && isString(u.name) && isString(u.arguments) &&
-      keyCount(u) === 4))
+      (u.providerCallId === undefined ? keyCount(u) === 4 : isString(u.providerCallId) && keyCount(u) === 5)))
 
 const isMessageSource = (u: unknown): boolean => {
   if (!isFields(u)) return false
@@ -210,23 +275,28 @@ const isTurnEndReason = (u: unknown): boolean => {
   }
 }
 
+const usageFields = ["inputTokens", "outputTokens", "reasoningTokens", "cachedInputTokens"] as const
+
 const isUsage = (u: unknown): boolean => {
   if (!isFields(u)) return false
   let n = 0
-  if (u.inputTokens !== undefined) {
-    if (!isNat(u.inputTokens)) return false
-    n++
-  }
-  if (u.outputTokens !== undefined) {
-    if (!isNat(u.outputTokens)) return false
-    n++
+  for (const field of usageFields) {
+    const value = u[field]
+    if (value !== undefined) {
+      if (!isNat(value)) return false
+      n++
+    }
   }
   return keyCount(u) === n
 }
 
+const isFinishReason = (u: unknown): boolean =>
+  u === "stop" || u === "tool-calls" || u === "max-tokens" || u === "other"
+
 const isToolDescription = (u: unknown): boolean =>
   isFields(u) && isString(u.name) && isString(u.description) && isFields(u.parameters) &&
-  isLosslessParsedJson(u.parameters) && keyCount(u) === 3
+  // the parameters are three levels below the event's data (data.tools[i].parameters)
+  isLosslessParsedJson(u.parameters, MAX_DEPTH - 3) && keyCount(u) === 3
 
 /** The data of a core event of `type`, checked as strictly as `CoreEvent` with excess keys refused. */
 const isCoreData = (type: SessionEvent.CoreType, d: unknown): boolean => {
@@ -255,7 +325,7 @@ const isCoreData = (type: SessionEvent.CoreType, d: unknown): boolean => {
       }
       const finish = d.finish
       if (finish !== undefined) {
-        if (finish !== "stop" && finish !== "tool-calls" && finish !== "max-tokens") return false
+        if (!isFinishReason(finish)) return false
         n++
       }
       const interrupted = d.interrupted
@@ -308,7 +378,8 @@ const isSurelyValid = (raw: unknown, expectedSeq: number): raw is SessionEvent.S
     return false
   }
   if (SessionEvent.isCoreType(type)) return isCoreData(type, data)
-  return type.includes("/") && !SessionEvent.isReservedType(type) && isLosslessParsedJson(data)
+  return !SessionEvent.isReservedType(type) && customTypeProblem(type) === undefined &&
+    isLosslessParsedJson(data, MAX_DEPTH)
 }
 
 /**
@@ -351,27 +422,14 @@ export const storedHeader = (raw: unknown): Either.Either<SessionEvent.SessionHe
       })
     }
   }
-  const decoded = decodeHeaderStrict(raw)
-  if (Either.isLeft(decoded)) return Either.left({ _tag: "Invalid", reason: formatError(decoded.left) })
-  const checked = snapshot(raw)
+  // the header's meta is one level below the header (DUR-10's depth counts from the meta)
+  const checked = snapshot(raw, MAX_DEPTH + 1)
   if (checked._tag === "Left") {
     return Either.left({ _tag: "Invalid", reason: `${checked.problem.path}: ${checked.problem.reason}` })
   }
+  const decoded = decodeHeaderStrict(checked.value)
+  if (Either.isLeft(decoded)) return Either.left({ _tag: "Invalid", reason: formatError(decoded.left) })
   return Either.right(checked.value as unknown as SessionEvent.SessionHeader)
-}
-
-/**
- * Validates a core event built in process before it is appended (cheap structural check that
- * catches bugs in the writers of the core vocabulary); returns the frozen copy.
- *
- * @internal
- */
-export const coreEvent = (event: SessionEvent.CoreEvent): SessionEvent.CoreEvent => {
-  const checked = snapshot(event)
-  if (checked._tag === "Left") {
-    throw new Error(`bug: core event ${event.type} carries non-JSON data at ${checked.problem.path}`)
-  }
-  return checked.value as unknown as SessionEvent.CoreEvent
 }
 
 /**

@@ -10,7 +10,7 @@ import type { Array as Arr, Clock } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as SessionError from "../SessionError.js"
-import type { CoreEvent, CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../SessionEvent.js"
+import type { CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import type { SessionWriter } from "../SessionPersistence.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "./feed.js"
@@ -295,8 +295,13 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
         events: Arr.NonEmptyReadonlyArray<CoreEventInput>
       ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
         return Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>((resume) => {
-          // a frozen JSON copy of each event (a bug, non-JSON data, dies here); only type and data are read
-          const inputs = events.map((event): Input => codec.coreEvent(event as CoreEvent))
+          // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
+          const inputs: Array<Input> = []
+          for (let i = 0; i < events.length; i++) {
+            const checked = codec.coreEvent(events[i]!)
+            if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+            inputs.push(checked.right)
+          }
           w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
         })
       }

@@ -18,10 +18,52 @@ const emptyParameters: JsonRecord = deepFreeze({ type: "object", properties: {},
 
 const jsonSchemas = new WeakMap<Schema.Struct<any>, JsonRecord>()
 
+// -------------------------------------------------------------------------------------------------
+// DUR-03: a `__proto__` key in a model's arguments, or a parameter named `__proto__`, stays an own
+// data property. Schema builds its outputs (and `JSONSchema.make` its `properties`) by assignment,
+// which sets the prototype instead: such a parameter is handled under a stand-in name, and any
+// `__proto__` key the decoded output lost is put back where the arguments had it.
+
+/** The stand-in name of a parameter named `__proto__` while Schema handles it. */
+const PROTO_STAND_IN = "__effect_agent_proto_parameter__"
+
+const hasOwn = (o: object, key: string): boolean => Object.prototype.hasOwnProperty.call(o, key)
+
+/** Sets an own, enumerable data property (never the prototype, whatever the key). */
+const defineField = (o: object, key: string, value: unknown): void => {
+  Object.defineProperty(o, key, { value, enumerable: true, writable: true, configurable: true })
+}
+
+const standInStructs = new WeakMap<Schema.Struct<any>, Schema.Struct<any>>()
+
+/** `parameters` with its `__proto__` parameter renamed to the stand-in (memoized), or itself. */
+const withStandIn = (parameters: Schema.Struct<any>): Schema.Struct<any> => {
+  if (!hasOwn(parameters.fields, "__proto__")) return parameters
+  const cached = standInStructs.get(parameters)
+  if (cached !== undefined) return cached
+  const fields: Record<string, Schema.Struct.Field> = {}
+  for (const key of Object.keys(parameters.fields)) {
+    fields[key === "__proto__" ? PROTO_STAND_IN : key] = parameters.fields[key]
+  }
+  const renamed = Schema.Struct(fields, ...parameters.records).annotations(parameters.ast.annotations)
+  standInStructs.set(parameters, renamed)
+  return renamed
+}
+
+/** Renames the stand-in back to `__proto__` in a JSON schema's `properties` and `required`. */
+const restoreStandInName = (value: JsonValue): JsonValue => {
+  if (Array.isArray(value)) return value.map((item) => item === PROTO_STAND_IN ? "__proto__" : restoreStandInName(item))
+  if (typeof value !== "object" || value === null) return value
+  const out: Record<string, JsonValue> = {}
+  for (const [key, item] of Object.entries(value)) defineField(out, key === PROTO_STAND_IN ? "__proto__" : key, restoreStandInName(item))
+  return out
+}
+
 /**
  * The JSON schema of a tool's parameters, as plain frozen JSON without `$schema` (so that a
  * request's JSON form is stable). Memoized per parameters schema. A schema that has no JSON
  * schema (a declaration without a `jsonSchema` annotation) is a defect of the tool's definition.
+ * A parameter named `__proto__` keeps its schema (DUR-03).
  *
  * @internal
  */
@@ -31,9 +73,11 @@ export const jsonSchemaOf = (parameters: Schema.Struct<any>): JsonRecord => {
   let schema = emptyParameters
   if (Object.keys(parameters.fields).length > 0 || parameters.records.length > 0) {
     // A JSON round trip drops `undefined`s and prototypes: what is left is plain JSON.
-    const plain: JsonRecord = JSON.parse(JSON.stringify(JSONSchema.make(parameters)))
+    const plain = JSON.parse(JSON.stringify(JSONSchema.make(withStandIn(parameters))))
     const out: Record<string, JsonValue> = {}
-    for (const [key, value] of Object.entries(plain)) if (key !== "$schema") out[key] = value
+    for (const [key, value] of Object.entries(plain as JsonRecord)) {
+      if (key !== "$schema") defineField(out, key, restoreStandInName(value))
+    }
     schema = deepFreeze(out)
   }
   jsonSchemas.set(parameters, schema)
@@ -76,13 +120,81 @@ export const decodeArguments = <Fields extends Schema.Struct.Fields>(
   }
   // Arguments are decoded synchronously, from the AST: a parameter schema that needs a service
   // fails to decode (ParseResult reports it) instead of being run without it.
-  const parameters = Schema.make<Schema.Struct.Type<Fields>, Schema.Struct.Encoded<Fields>, never>(tool.parameters.ast)
-  return Either.mapLeft(
-    Schema.decodeUnknownEither(parameters, { errors: "all", onExcessProperty: "ignore" })(json),
-    (error) =>
-      `Invalid arguments for tool ${JSON.stringify(tool.name)}:\n${ParseResult.TreeFormatter.formatErrorSync(error)}\n` +
-      "Call the tool again with arguments that match its parameters."
+  const struct = withStandIn(tool.parameters)
+  const parameters = Schema.make<Schema.Struct.Type<Fields>, Schema.Struct.Encoded<Fields>, never>(struct.ast)
+  const input = struct === tool.parameters ? json : renameTopLevel(json, "__proto__", PROTO_STAND_IN)
+  return Either.map(
+    Either.mapLeft(
+      Schema.decodeUnknownEither(parameters, { errors: "all", onExcessProperty: "ignore" })(input),
+      (error) =>
+        `Invalid arguments for tool ${JSON.stringify(tool.name)}:\n${
+          ParseResult.TreeFormatter.formatErrorSync(error).replaceAll(PROTO_STAND_IN, "__proto__")
+        }\n` +
+        "Call the tool again with arguments that match its parameters."
+    ),
+    (decoded) => {
+      const output = struct === tool.parameters ? decoded : renameTopLevel(decoded, PROTO_STAND_IN, "__proto__")
+      restoreProtoKeys(json, output)
+      return output as Schema.Struct.Type<Fields>
+    }
   )
+}
+
+/** A copy of a plain object with its own key `from` renamed `to` (other values untouched). */
+const renameTopLevel = <A>(value: A, from: string, to: string): A => {
+  if (typeof value !== "object" || value === null || Array.isArray(value) || !hasOwn(value, from)) return value
+  const out = {}
+  for (const key of Object.keys(value)) defineField(out, key === from ? to : key, (value as Record<string, unknown>)[key])
+  return out as A
+}
+
+/**
+ * Walks the parsed arguments and the decoded output side by side: wherever the arguments have an
+ * own `__proto__` key and the output object lost it to an assignment, the output gets its prototype
+ * back and the key as an own data property (with the decoded value when Schema assigned an object,
+ * else the argument's). Objects are matched by key, arrays by index (DUR-03).
+ */
+const restoreProtoKeys = (input: unknown, output: unknown): void => {
+  if (typeof input !== "object" || input === null || typeof output !== "object" || output === null) return
+  if (Array.isArray(input)) {
+    if (!Array.isArray(output)) return
+    for (let i = 0; i < input.length && i < output.length; i++) restoreProtoKeys(input[i], output[i])
+    return
+  }
+  if (Array.isArray(output) || Object.isFrozen(output)) return
+  const fields = input as Record<string, unknown>
+  if (hasOwn(fields, "__proto__") && !hasOwn(output, "__proto__")) {
+    const proto: unknown = Object.getPrototypeOf(output)
+    // only an object the assignment made: a class instance keeps its prototype
+    if (proto === null || proto === Object.prototype || isAssignedPrototype(proto)) {
+      const value = proto !== Object.prototype ? proto : fields["__proto__"]
+      Object.setPrototypeOf(output, Object.prototype)
+      defineField(output, "__proto__", value)
+      keepKeyOrder(output as Record<string, unknown>, Object.keys(fields))
+    }
+  }
+  for (const key of Object.keys(fields)) {
+    if (hasOwn(output, key)) restoreProtoKeys(fields[key], (output as Record<string, unknown>)[key])
+  }
+}
+
+/** Re-adds `output`'s own fields so the keys `order` names come first, in that order. */
+const keepKeyOrder = (output: Record<string, unknown>, order: ReadonlyArray<string>): void => {
+  const keys = Object.keys(output)
+  const ordered = [...order.filter((key) => hasOwn(output, key)), ...keys.filter((key) => !order.includes(key))]
+  if (ordered.every((key, i) => key === keys[i])) return
+  const values = ordered.map((key) => output[key])
+  for (const key of keys) delete output[key]
+  ordered.forEach((key, i) => defineField(output, key, values[i]))
+}
+
+/** A prototype that a `__proto__` assignment of decoded JSON made: plain data, not a class's. */
+const isAssignedPrototype = (proto: unknown): boolean => {
+  if (typeof proto !== "object" || proto === null) return false
+  const above = Object.getPrototypeOf(proto)
+  if (above !== Object.prototype && above !== null && !Array.isArray(proto)) return false
+  const constructor = Object.getOwnPropertyDescriptor(proto, "constructor")?.value
+  return typeof constructor !== "function"
 }
 
 /**
