@@ -221,6 +221,8 @@ export const closers = (
   const answered = new Set<string>()
   const claims: Array<Claim> = []
   const entered = new Set<string>()
+  // DUR-12: messages an earlier, torn repair already put back (its `restored` splice survived)
+  const restored = new Set<string>()
   for (let i = startIndex + 1; i < events.length; i++) {
     const event = events[i]!
     switch (event.type) {
@@ -256,6 +258,8 @@ export const closers = (
         const { data } = narrow(event, "agent/inbox/spliced")
         if (i >= seedLength && data.outcome === undefined) {
           for (const id of data.removed) claims.push({ index: i, target: data.target, id })
+        } else if (i >= seedLength && data.outcome === "restored") {
+          for (const message of data.inserted) restored.add(message.id)
         }
         break
       }
@@ -265,8 +269,10 @@ export const closers = (
   const stamp = stamper(events)
   const out: Array<CoreEvent> = []
 
-  // (a) Claimed but never entered: the batch was torn by a crash; give the messages back.
-  const lost = claims.filter((claim) => !entered.has(claim.id))
+  // (a) Claimed but never entered: the batch was torn by a crash; give the messages back, unless a
+  // repair whose own batch was torn already did (DUR-12: repair converges, nothing is put back twice).
+  // Only repair writes `restored`, after everything else of the turn, so it follows every claim.
+  const lost = claims.filter((claim) => !entered.has(claim.id) && !restored.has(claim.id))
   if (lost.length > 0) {
     const bodies = claimedBodies(events, seedLength, lost)
     for (const target of ["next-step", "next-turn"] as const) {
