@@ -560,8 +560,15 @@ const make = (options: Options) =>
  * - PERS-01: one writer per session across processes, through `<id>.lock`; a second writer fails
  *   `SessionLocked` at once. A lock of this host whose process is gone is taken over (with a
  *   warning); a lock of another host is never guessed stale — see {@link breakLock}.
- * - PERS-03: `openWrite` drops a torn last record and truncates it on disk (warning,
- *   `tornTailDropped`); any other bad record fails `SessionCorrupt` and changes nothing.
+ * - PERS-03, DUR-11: `openWrite` drops an unterminated last record (a torn write) and truncates
+ *   it on disk (warning, `tornTailDropped`); any complete record that is invalid — the last one
+ *   included — fails `SessionCorrupt{line}` and changes nothing.
+ * - DUR-05: files are read by streaming, one bounded chunk at a time, never whole.
+ * - DUR-07: every path checks that the file is the id's own (its header names the id, or the
+ *   directory lists the exact name), so on a case-insensitive file system `abc` and `ABC` never
+ *   share a session: the second `create` fails `SessionAlreadyExists`, and the other id is not
+ *   found by `read`, `openWrite`, `exists` and `remove`.
+ * - DUR-08: `list` reports a file it cannot read as an `UnreadableSession` and lists the others.
  * - PERS-04: with `durability: "fsync"` (default) an append resolves once synced; appends queued
  *   while a write is in flight share the next write and sync.
  *

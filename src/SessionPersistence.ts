@@ -50,7 +50,10 @@ export interface SessionWriter {
 export interface StoredSession {
   readonly header: SessionHeader
   readonly events: ReadonlyArray<SessionEvent>
-  /** How many torn (unterminated or unparsable) trailing records were dropped (PERS-03). */
+  /**
+   * How many torn trailing records were dropped (PERS-03): 0, or 1 for an unterminated last record
+   * of a file. A complete record that is invalid is never dropped (DUR-11).
+   */
   readonly tornTailDropped: number
 }
 

@@ -355,6 +355,9 @@ const make = (options: Options | undefined) =>
  *   `PersistenceError`.
  * - PERS-03: rows are written in transactions, so nothing is torn: any invalid row fails
  *   `SessionCorrupt` (its `line` is 1 for the header, seq + 2 for an event) and nothing is changed.
+ * - DUR-07: a session's rows are the ones whose `session_id` equals the id exactly (also under a
+ *   collation that folds case) and whose header names it. DUR-08: `list` reports a row it cannot
+ *   read as an `UnreadableSession` and lists the others.
  *
  * @example
  * ```ts

@@ -89,7 +89,8 @@ if (url === undefined) {
     {
       propertyRuns: 15,
       replaceHeader: (id, text) =>
-        Effect.flatMap(SqlClient, (sql) => sql`UPDATE effect_agent_sessions SET header = ${text} WHERE session_id = ${id}`)
+        Effect.flatMap(SqlClient, (sql) =>
+          sql`UPDATE effect_agent_sessions SET header = ${text} WHERE session_id = ${id}`)
     }
   )
 
