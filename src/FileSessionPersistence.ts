@@ -13,13 +13,16 @@ import { Deferred, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
 import * as fileLock from "./internal/fileLock.js"
 import * as finalizer from "./internal/finalizer.js"
-import { encode, eventLines, headerLine, parseLog } from "./internal/jsonl.js"
+import * as jsonl from "./internal/jsonl.js"
+import { encode, eventLines, headerLine } from "./internal/jsonl.js"
+import type { ListEntry } from "./internal/listing.js"
+import { unreadable } from "./internal/listing.js"
 import { storedHeader } from "./internal/eventCodec.js"
 import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
-import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
+import type { SessionWriter, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
 
@@ -48,7 +51,28 @@ export interface Options {
    * `process.kill(pid, 0)`.
    */
   readonly isProcessAlive?: ((pid: number) => boolean) | undefined
+  /**
+   * How many bytes one read of a session file asks for (default 1 MiB). Files are read by
+   * streaming, one chunk at a time (DUR-05); tests lower it to cross chunk boundaries.
+   *
+   * @internal
+   */
+  readonly readChunkBytes?: number | undefined
 }
+
+/** The first line (the header) is read this much at a time by the DUR-07 identity checks. */
+const HEADER_CHUNK_BYTES = 4096
+
+/**
+ * Who `<id>.jsonl` belongs to (DUR-07). `Absent`: no file answers to the name, or the file that
+ * does is another session's (on a case-insensitive file system `ABC.jsonl` opens `abc.jsonl`).
+ * `Stored`: the file is this id's by name; `named` is the session its header names, if readable.
+ */
+type Identity =
+  | { readonly _tag: "Absent" }
+  | { readonly _tag: "Stored"; readonly named: string | undefined }
+
+const absent: Identity = { _tag: "Absent" }
 
 /**
  * Whether a process of this host is running (signal 0 probes without signalling).
@@ -120,6 +144,10 @@ const make = (options: Options) =>
       isProcessAlive: options.isProcessAlive ?? isProcessAlive
     }
     const dataPath = (id: string) => path.join(directory, `${id}.jsonl`)
+    const chunkBytes = options.readChunkBytes ?? jsonl.DEFAULT_READ_CHUNK_BYTES
+    if (!Number.isSafeInteger(chunkBytes) || chunkBytes < 1) {
+      return yield* Effect.dieMessage(`FileSessionPersistence: readChunkBytes must be a positive integer`)
+    }
 
     const makeDirectory = fs.makeDirectory(directory, { recursive: true }).pipe(
       Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))
@@ -138,18 +166,58 @@ const make = (options: Options) =>
         (owner) => fileLock.release(lockContext, id, owner)
       )
 
-    const readLog = (id: SessionId) =>
-      Effect.gen(function*() {
-        yield* assertSessionId(id, "a session file")
-        const file = dataPath(id)
-        const bytes = yield* fs.readFile(file).pipe(
-          Effect.catchIf(fileLock.isNotFound, () => new SessionError.SessionNotFound({ id })),
-          Effect.mapError((error) =>
-            error._tag === "SessionNotFound" ? error : fileLock.persistenceError(`reading ${file}`)(error)
-          )
+    /**
+     * DUR-07: whether the directory lists `<id>.jsonl` under exactly that name. Asked only when the
+     * header does not name the id, so a case-insensitive file system cannot pass off another
+     * session's file as this one.
+     */
+    const isListedExactly = (id: SessionId) =>
+      fs.readDirectory(directory).pipe(
+        Effect.map((names) => names.includes(`${id}.jsonl`)),
+        Effect.catchIf(fileLock.isNotFound, () => Effect.succeed(false)),
+        Effect.mapError(fileLock.persistenceError(`listing ${directory}`))
+      )
+
+    /** Opens the data file of `id`; a missing file is `SessionNotFound`. */
+    const openData = (id: SessionId, flag: "r" | "r+") => {
+      const file = dataPath(id)
+      return fs.open(file, { flag }).pipe(
+        Effect.catchIf(fileLock.isNotFound, () => new SessionError.SessionNotFound({ id })),
+        Effect.mapError((error) =>
+          error._tag === "SessionNotFound" ? error : fileLock.persistenceError(`opening ${file}`)(error)
         )
-        return yield* parseLog(id, bytes)
+      )
+    }
+
+    /**
+     * Reads the log of `id` from `handle` by streaming (DUR-05). A refused record fails it — unless
+     * the file is not this id's by name (DUR-07), then the id is simply not stored.
+     */
+    const readLogFrom = (id: SessionId, handle: FileSystem.File) =>
+      Effect.gen(function*() {
+        const file = dataPath(id)
+        const log = yield* jsonl.readLog(id, handle, chunkBytes).pipe(
+          Effect.mapError(fileLock.persistenceError(`reading ${file}`))
+        )
+        if (Either.isRight(log)) return log.right
+        if (!(yield* isListedExactly(id))) return yield* new SessionError.SessionNotFound({ id })
+        return yield* log.left
       })
+
+    /** Who `<id>.jsonl` belongs to (DUR-07): its header, and when that does not name `id`, its name. */
+    const identify = (id: SessionId): Effect.Effect<Identity, SessionError.PersistenceError> =>
+      Effect.scoped(Effect.gen(function*() {
+        const file = dataPath(id)
+        const handle = yield* openData(id, "r")
+        const first = yield* jsonl.readFirstLine(handle, Math.min(HEADER_CHUNK_BYTES, chunkBytes)).pipe(
+          Effect.mapError(fileLock.persistenceError(`reading ${file}`))
+        )
+        const named = first === undefined ? undefined : jsonl.namedSession(first)
+        if (named === id || (yield* isListedExactly(id))) return { _tag: "Stored", named } as const
+        return absent
+      })).pipe(
+        Effect.catchTag("SessionNotFound", () => Effect.succeed(absent))
+      )
 
     /**
      * The writer of one session. An append that finds no write in flight marks one (`isWriting`,
@@ -333,8 +401,7 @@ const make = (options: Options) =>
 
     const exists = Effect.fn("FileSessionPersistence.exists")(function*(id: SessionId) {
       yield* assertSessionId(id, "a session file")
-      const file = dataPath(id)
-      return yield* fs.exists(file).pipe(Effect.mapError(fileLock.persistenceError(`checking ${file}`)))
+      return (yield* identify(id))._tag === "Stored"
     })
 
     const create = Effect.fn("FileSessionPersistence.create")(function*(header: SessionHeader) {
@@ -343,10 +410,16 @@ const make = (options: Options) =>
       if (Either.isLeft(storedHeader(header))) {
         return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
       }
+      const file = dataPath(id)
+      // DUR-07: on a case-insensitive file system the name may already answer with another
+      // session's file (`ABC.jsonl` opens `abc.jsonl`), whose lock is that session's too.
+      const isTaken = yield* fs.exists(file).pipe(Effect.mapError(fileLock.persistenceError(`checking ${file}`)))
+      if (isTaken && (yield* identify(id))._tag === "Absent") {
+        return yield* new SessionError.SessionAlreadyExists({ id })
+      }
       return yield* inWriterScope(Effect.gen(function*() {
         yield* makeDirectory
         const owner = yield* lock(id)
-        const file = dataPath(id)
         const handle = yield* fs.open(file, { flag: "wx" }).pipe(
           Effect.catchIf(fileLock.isAlreadyExists, () => new SessionError.SessionAlreadyExists({ id })),
           Effect.mapError((error) =>
@@ -372,10 +445,8 @@ const make = (options: Options) =>
       if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
       return yield* inWriterScope(Effect.gen(function*() {
         const owner = yield* lock(id)
-        const log = yield* readLog(id)
-        const handle = yield* fs.open(file, { flag: "r+" }).pipe(
-          Effect.mapError(fileLock.persistenceError(`opening ${file}`))
-        )
+        const handle = yield* openData(id, "r+")
+        const log = yield* readLogFrom(id, handle)
         if (log.tornTailDropped > 0) {
           yield* handle.truncate(log.validBytes).pipe(
             Effect.zipRight(durability === "fsync" ? handle.sync : Effect.void),
@@ -398,64 +469,85 @@ const make = (options: Options) =>
     })
 
     const read = Effect.fn("FileSessionPersistence.read")(function*(id: SessionId) {
-      const log = yield* readLog(id)
+      yield* assertSessionId(id, "a session file")
+      const log = yield* Effect.scoped(Effect.flatMap(openData(id, "r"), (handle) => readLogFrom(id, handle)))
       return { header: log.header, events: log.events, tornTailDropped: log.tornTailDropped } satisfies StoredSession
     })
 
-    const summary = (id: SessionId): Effect.Effect<Option.Option<SessionSummary>, SessionError.PersistenceError> =>
-      Effect.gen(function*() {
-        const file = dataPath(id)
-        const info = yield* fs.stat(file).pipe(Effect.option)
-        if (Option.isNone(info)) return Option.none()
-        const log = yield* readLog(id).pipe(Effect.either)
-        if (Either.isLeft(log)) {
-          const error = log.left
-          if (error._tag === "PersistenceError") return yield* error
-          if (error._tag !== "SessionNotFound") {
-            yield* Effect.logWarning(`effect-agent: listing skips ${file}: ${error.message}`)
-          }
-          return Option.none()
-        }
-        return Option.some({
-          id,
-          header: log.right.header,
-          eventCount: log.right.events.length,
-          updatedAt: Option.match(info.value.mtime, {
-            onNone: () => log.right.header.createdAt,
+    /**
+     * The list entry of the file `name` (DUR-08): its summary, or what keeps it from being read.
+     * `None` for a file removed since the directory was listed.
+     */
+    const entryOf = (name: string): Effect.Effect<Option.Option<ListEntry>> => {
+      const stem = name.slice(0, -".jsonl".length)
+      const file = path.join(directory, name)
+      const id = sessionId(stem)
+      if (Either.isLeft(id)) {
+        return Effect.map(
+          unreadable(stem, `the file name is not a valid session id (${id.left.message})`, file),
+          Option.some
+        )
+      }
+      return Effect.scoped(Effect.gen(function*() {
+        const handle = yield* openData(id.right, "r")
+        const info = yield* handle.stat.pipe(Effect.mapError(fileLock.persistenceError(`reading ${file}`)))
+        const log = yield* jsonl.readLog(id.right, handle, chunkBytes).pipe(
+          Effect.mapError(fileLock.persistenceError(`reading ${file}`)),
+          Effect.flatten
+        )
+        return Option.some<ListEntry>({
+          _tag: "SessionSummary",
+          id: id.right,
+          header: log.header,
+          eventCount: log.events.length,
+          updatedAt: Option.match(info.mtime, {
+            onNone: () => log.header.createdAt,
             onSome: (mtime) => mtime.getTime()
           })
         })
-      })
+      })).pipe(
+        Effect.catchAll((error) =>
+          error._tag === "SessionNotFound"
+            ? Effect.succeed(Option.none())
+            : Effect.map(unreadable(stem, error.message, file), Option.some)
+        )
+      )
+    }
 
-    const list: Stream.Stream<SessionSummary, SessionError.PersistenceError> = Stream.unwrap(
+    const list: Stream.Stream<ListEntry, SessionError.PersistenceError> = Stream.unwrap(
       fs.readDirectory(directory).pipe(
         Effect.catchIf(fileLock.isNotFound, () => Effect.succeed<Array<string>>([])),
         Effect.mapError(fileLock.persistenceError(`listing ${directory}`)),
         Effect.map((names) => {
-          const ids: Array<SessionId> = []
-          for (const name of names) {
-            if (!name.endsWith(".jsonl")) continue
-            const id = sessionId(name.slice(0, -".jsonl".length))
-            if (Either.isRight(id)) ids.push(id.right)
-          }
-          ids.sort()
-          return Stream.fromIterable(ids).pipe(Stream.mapEffect(summary), Stream.filterMap((entry) => entry))
+          const files = names.filter((name) => name.endsWith(".jsonl")).sort()
+          return Stream.fromIterable(files).pipe(Stream.mapEffect(entryOf), Stream.filterMap((entry) => entry))
         })
       )
     ).pipe(Stream.withSpan("FileSessionPersistence.list"))
 
     const remove = Effect.fn("FileSessionPersistence.remove")(function*(id: SessionId) {
-      if (!(yield* exists(id))) return
+      yield* assertSessionId(id, "a session file")
+      // DUR-07: a name that answers with another session's file removes nothing.
+      if ((yield* identify(id))._tag === "Absent") return
       const file = dataPath(id)
       // Holding the lock while deleting refuses a session that has a writer, and keeps one from
       // opening it halfway through.
-      yield* Effect.scoped(Effect.zipRight(
-        lock(id),
-        fs.remove(file).pipe(
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* lock(id)
+        const identity = yield* identify(id)
+        if (identity._tag === "Absent") return
+        if (identity.named !== undefined && identity.named !== id) {
+          return yield* new SessionError.SessionCorrupt({
+            id,
+            line: 1,
+            reason: `the header of ${file} names session ${JSON.stringify(identity.named)}, so it was not removed`
+          })
+        }
+        yield* fs.remove(file).pipe(
           Effect.catchIf(fileLock.isNotFound, () => Effect.void),
           Effect.mapError(fileLock.persistenceError(`removing ${file}`))
         )
-      ))
+      }))
     })
 
     return SessionPersistence.of({ create, openWrite, read, list, exists, remove })
@@ -468,8 +560,15 @@ const make = (options: Options) =>
  * - PERS-01: one writer per session across processes, through `<id>.lock`; a second writer fails
  *   `SessionLocked` at once. A lock of this host whose process is gone is taken over (with a
  *   warning); a lock of another host is never guessed stale — see {@link breakLock}.
- * - PERS-03: `openWrite` drops a torn last record and truncates it on disk (warning,
- *   `tornTailDropped`); any other bad record fails `SessionCorrupt` and changes nothing.
+ * - PERS-03, DUR-11: `openWrite` drops an unterminated last record (a torn write) and truncates
+ *   it on disk (warning, `tornTailDropped`); any complete record that is invalid — the last one
+ *   included — fails `SessionCorrupt{line}` and changes nothing.
+ * - DUR-05: files are read by streaming, one bounded chunk at a time, never whole.
+ * - DUR-07: every path checks that the file is the id's own (its header names the id, or the
+ *   directory lists the exact name), so on a case-insensitive file system `abc` and `ABC` never
+ *   share a session: the second `create` fails `SessionAlreadyExists`, and the other id is not
+ *   found by `read`, `openWrite`, `exists` and `remove`.
+ * - DUR-08: `list` reports a file it cannot read as an `UnreadableSession` and lists the others.
  * - PERS-04: with `durability: "fsync"` (default) an append resolves once synced; appends queued
  *   while a write is in flight share the next write and sync.
  *

@@ -50,22 +50,59 @@ export interface SessionWriter {
 export interface StoredSession {
   readonly header: SessionHeader
   readonly events: ReadonlyArray<SessionEvent>
-  /** How many torn (unterminated or unparsable) trailing records were dropped (PERS-03). */
+  /**
+   * How many torn trailing records were dropped (PERS-03): 0, or 1 for an unterminated last record
+   * of a file. A complete record that is invalid is never dropped (DUR-11).
+   */
   readonly tornTailDropped: number
 }
 
 /**
- * One entry of `list`.
+ * An entry of `list`: a stored session that was read.
  *
  * @since 0.1.0
  * @category models
  */
 export interface SessionSummary {
+  /** Tells it from an {@link UnreadableSession} (since 0.2.0). */
+  readonly _tag: "SessionSummary"
   readonly id: SessionId
   readonly header: SessionHeader
   readonly eventCount: number
   /** Epoch milliseconds of the last write. */
   readonly updatedAt: number
+}
+
+/**
+ * An entry of `list` that could not be read (DUR-08): a file or row that is corrupt, of a newer
+ * format, unreadable (permissions), or stored under a name that is not a valid session id. `list`
+ * reports it (and logs a warning) and goes on with the other sessions.
+ *
+ * @example
+ * ```ts
+ * import { Effect, Option, Stream } from "effect"
+ * import { SessionPersistence } from "effect-agent/SessionPersistence"
+ *
+ * const readableIds = Effect.flatMap(SessionPersistence, (persistence) =>
+ *   Stream.runCollect(
+ *     persistence.list.pipe(Stream.filterMap((entry) =>
+ *       entry._tag === "SessionSummary" ? Option.some(entry.id) : Option.none()
+ *     ))
+ *   ))
+ * ```
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface UnreadableSession {
+  readonly _tag: "UnreadableSession"
+  /**
+   * The entry's stored name: a file's name without `.jsonl`, a row's `session_id`. Not always a
+   * valid `SessionId` (that may be the problem).
+   */
+  readonly id: string
+  /** What is wrong with it, in words (the typed error's message when there is one). */
+  readonly problem: string
 }
 
 /**
@@ -105,10 +142,22 @@ export class SessionPersistence extends Context.Tag("effect-agent/SessionPersist
     | SessionError.SessionFormatUnsupported
     | SessionError.PersistenceError
   >
-  readonly list: Stream.Stream<SessionSummary, SessionError.PersistenceError>
+  /**
+   * Every stored session, in id order where the backend can. Total (DUR-08): an entry that cannot
+   * be read is an {@link UnreadableSession}, the others are still listed; it fails only when the
+   * storage itself cannot be listed.
+   */
+  readonly list: Stream.Stream<SessionSummary | UnreadableSession, SessionError.PersistenceError>
   readonly exists: (id: SessionId) => Effect.Effect<boolean, SessionError.PersistenceError>
-  /** Deletes a stored session; refuses while a writer holds it. */
-  readonly remove: (id: SessionId) => Effect.Effect<void, SessionError.SessionLocked | SessionError.PersistenceError>
+  /**
+   * Deletes a stored session; refuses while a writer holds it. Never deletes another session's
+   * data (DUR-07): a stored entry whose header names another session fails `SessionCorrupt` and
+   * stays; an id that is not stored (including one that differs from a stored id only by case, on
+   * a case-insensitive file system) is not an error and removes nothing.
+   */
+  readonly remove: (
+    id: SessionId
+  ) => Effect.Effect<void, SessionError.SessionLocked | SessionError.SessionCorrupt | SessionError.PersistenceError>
 }>() {}
 
 /** The lock of one memory writer: which instance holds it, and which of its writers. */
@@ -281,6 +330,7 @@ export const layerMemory = (
       list: S.suspend(() =>
         S.fromIterable(
           Array.from(sessions.entries(), ([id, entry]): SessionSummary => ({
+            _tag: "SessionSummary",
             id: id as SessionId,
             header: entry.header,
             eventCount: entry.events.length,

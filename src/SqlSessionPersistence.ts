@@ -15,6 +15,9 @@ import * as os from "node:os"
 import * as committer from "./internal/sqlCommitter.js"
 import * as lock from "./internal/lock.js"
 import * as lease from "./internal/sqlLease.js"
+import { namedSession } from "./internal/jsonl.js"
+import type { ListEntry } from "./internal/listing.js"
+import { unreadable } from "./internal/listing.js"
 import { conflict, decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
 import type { EventRow } from "./internal/sqlLog.js"
 import { dialectOf, migrate } from "./internal/sqlSchema.js"
@@ -22,7 +25,7 @@ import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
-import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
+import type { SessionWriter, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
 
@@ -73,6 +76,11 @@ interface WriterState {
 
 
 
+interface HeaderRow {
+  readonly session_id: string
+  readonly header: string
+}
+
 /** Sessions per page of `list`. */
 const LIST_PAGE = 500
 
@@ -119,11 +127,19 @@ const make = (options: Options | undefined) =>
         (held) => lease.release(leases, held)
       )
 
+    /**
+     * The header row of `id`, compared in JavaScript too (DUR-07): a database whose collation folds
+     * case would otherwise answer for `ABC` with the row of `abc`.
+     */
+    const headerRow = (id: SessionId) =>
+      Effect.map(
+        sql<HeaderRow>`SELECT session_id, header FROM effect_agent_sessions WHERE session_id = ${id}`,
+        (rows) => rows.find((row) => row.session_id === id)
+      )
+
     const readLog = (id: SessionId) =>
       Effect.gen(function*() {
-        const headers = yield* sql<{ readonly header: string }>`SELECT header FROM effect_agent_sessions
-          WHERE session_id = ${id}`
-        const row = headers[0]
+        const row = yield* headerRow(id)
         if (row === undefined) return yield* new SessionError.SessionNotFound({ id })
         const header = yield* decodeHeader(id, row.header)
         const rows = yield* sql<EventRow>`SELECT record FROM effect_agent_events WHERE session_id = ${id}
@@ -200,11 +216,11 @@ const make = (options: Options | undefined) =>
 
     const exists = Effect.fn("SqlSessionPersistence.exists")(function*(id: SessionId) {
       yield* assertSessionId(id, "a stored session")
-      const rows = yield* sql`SELECT 1 AS found FROM effect_agent_sessions WHERE session_id = ${id}`.pipe(
+      const row = yield* headerRow(id).pipe(
         Effect.catchTag("SqlError", (error) =>
           Effect.fail(persistenceError(`checking session ${JSON.stringify(id)}`)(error)))
       )
-      return rows.length > 0
+      return row !== undefined
     })
 
     const create = Effect.fn("SqlSessionPersistence.create")(function*(header: SessionHeader) {
@@ -259,30 +275,23 @@ const make = (options: Options | undefined) =>
         Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("listing sessions")(error)))
       )
 
-    const summary = (row: SummaryRow): Effect.Effect<Option.Option<SessionSummary>> => {
+    /** The list entry of a row (DUR-08): its summary, or what keeps it from being read. */
+    const entryOf = (row: SummaryRow): Effect.Effect<ListEntry> => {
+      const where = `the session row ${JSON.stringify(row.session_id)}`
       const id = sessionId(row.session_id)
-      if (Either.isLeft(id)) {
-        return Effect.as(
-          Effect.logWarning(`effect-agent: listing skips a session row with an invalid id: ${id.left.message}`),
-          Option.none()
-        )
-      }
+      if (Either.isLeft(id)) return unreadable(row.session_id, `not a valid session id (${id.left.message})`, where)
       const header = decodeHeader(id.right, row.header)
-      if (Either.isLeft(header)) {
-        return Effect.as(
-          Effect.logWarning(`effect-agent: listing skips a session: ${header.left.message}`),
-          Option.none()
-        )
-      }
-      return Effect.succeed(Option.some({
+      if (Either.isLeft(header)) return unreadable(row.session_id, header.left.message, where)
+      return Effect.succeed({
+        _tag: "SessionSummary",
         id: id.right,
         header: header.right,
         eventCount: Number(row.event_count),
         updatedAt: Number(row.updated_at)
-      }))
+      })
     }
 
-    const list: Stream.Stream<SessionSummary, SessionError.PersistenceError> = Stream.paginateChunkEffect(
+    const list: Stream.Stream<ListEntry, SessionError.PersistenceError> = Stream.paginateChunkEffect(
       "",
       (after) =>
         Effect.map(page(after), (rows): [Chunk.Chunk<SummaryRow>, Option.Option<string>] => {
@@ -293,8 +302,7 @@ const make = (options: Options | undefined) =>
           ]
         })
     ).pipe(
-      Stream.mapEffect(summary),
-      Stream.filterMap((entry) => entry),
+      Stream.mapEffect(entryOf),
       Stream.withSpan("SqlSessionPersistence.list")
     )
 
@@ -304,6 +312,17 @@ const make = (options: Options | undefined) =>
       // opening it halfway through.
       yield* Effect.scoped(Effect.flatMap(takeLease(id), () =>
         sql.withTransaction(Effect.gen(function*() {
+          // DUR-07: only this id's own rows, and never a header that names another session.
+          const row = yield* headerRow(id)
+          if (row === undefined) return
+          const named = typeof row.header === "string" ? namedSession(row.header) : undefined
+          if (named !== undefined && named !== id) {
+            return yield* new SessionError.SessionCorrupt({
+              id,
+              line: 1,
+              reason: `its header names session ${JSON.stringify(named)}, so it was not removed`
+            })
+          }
           yield* sql`DELETE FROM effect_agent_events WHERE session_id = ${id}`
           yield* sql`DELETE FROM effect_agent_sessions WHERE session_id = ${id}`
         })).pipe(
@@ -336,6 +355,9 @@ const make = (options: Options | undefined) =>
  *   `PersistenceError`.
  * - PERS-03: rows are written in transactions, so nothing is torn: any invalid row fails
  *   `SessionCorrupt` (its `line` is 1 for the header, seq + 2 for an event) and nothing is changed.
+ * - DUR-07: a session's rows are the ones whose `session_id` equals the id exactly (also under a
+ *   collation that folds case) and whose header names it. DUR-08: `list` reports a row it cannot
+ *   read as an `UnreadableSession` and lists the others.
  *
  * @example
  * ```ts

@@ -1,13 +1,15 @@
 import { Command, FileSystem } from "@effect/platform"
-import { NodeContext } from "@effect/platform-node"
+import { NodeContext, NodeFileSystem } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Either, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
+import { Chunk, Context, Deferred, Effect, Either, Exit, FastCheck, Fiber, Layer, Option, Scope, Stream } from "effect"
 import * as os from "node:os"
 import { fileURLToPath } from "node:url"
 import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
 import type { SessionId } from "../src/Message.js"
+import type { SessionEvent } from "../src/SessionEvent.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
-import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import { caseInsensitiveFiles } from "./fixtures/caseInsensitiveFiles.js"
+import { conformance, header, notes, sid, unreadableOf } from "./fixtures/persistenceConformance.js"
 import { inDirectory, newFilePlan, newGate, withFilePlan } from "./fixtures/instrumentedFiles.js"
 import { withLogs } from "./fixtures/logs.js"
 import { VERSION } from "../src/SessionEvent.js"
@@ -35,6 +37,13 @@ conformance(
         const fs = yield* FileSystem.FileSystem
         const directory = yield* Directory
         yield* fs.writeFileString(fileOf(directory, id), "{\"seq\":3,\"time\":17,\"type\":\"test/no", { flag: "a" })
+      }),
+    replaceHeader: (id, text) =>
+      Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
+        const file = fileOf(yield* Directory, id)
+        const stored = yield* fs.readFileString(file)
+        yield* fs.writeFileString(file, text + stored.slice(stored.indexOf("\n")))
       })
   }
 )
@@ -98,22 +107,32 @@ describe("FileSessionPersistence", () => {
         assert.strictEqual(yield* readText(file), intact + line(notes(3, 1)[0]))
       })))
 
-  it.effect("PERS-03 an unparsable or invalid last line is a torn tail too", () =>
+  it.effect("DUR-11 a complete last record that fails validation is SessionCorrupt{line}; the file is untouched", () =>
     inDirectory((directory) =>
       Effect.gen(function*() {
+        const fs = yield* FileSystem.FileSystem
         const persistence = yield* persistenceAt(directory)
-        const tails = [["garbage", "garbage\n"], ["invalid", line({ seq: 2, time: -1, type: "x/y", data: 1 })]] as const
+        const tails = [
+          ["garbage", "garbage\n"],
+          ["schema", line({ seq: 2, time: -1, type: "x/y", data: 1 })],
+          ["seq", line({ ...notes(0, 1)[0], seq: 5 })],
+          ["complete-json-of-a-torn-write", "{\"seq\":2}\n"]
+        ] as const
         for (const [name, tail] of tails) {
           const id = sid(`last-${name}`)
           yield* storedSession(directory, id, 2)
           const file = fileOf(directory, id)
-          const intact = yield* readText(file)
-          yield* writeText(file, intact + tail)
-          assert.strictEqual((yield* persistence.read(id)).tornTailDropped, 1)
-          const { stored } = yield* Effect.scoped(persistence.openWrite(id))
-          assert.strictEqual(stored.tornTailDropped, 1)
-          assert.deepStrictEqual(stored.events, notes(0, 2))
-          assert.strictEqual(yield* readText(file), intact)
+          yield* writeText(file, (yield* readText(file)) + tail)
+          const before = yield* readBytes(file)
+          const read = yield* Effect.flip(persistence.read(id))
+          assert.strictEqual(read._tag, "SessionCorrupt", name)
+          if (read._tag === "SessionCorrupt") assert.strictEqual(read.line, 4, name)
+          const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+          assert.strictEqual(opened._tag, "SessionCorrupt", name)
+          if (opened._tag === "SessionCorrupt") assert.strictEqual(opened.line, 4, name)
+          // openWrite did not truncate it, and released its lock.
+          assert.deepStrictEqual(yield* readBytes(file), before, name)
+          assert.isFalse(yield* fs.exists(lockOf(directory, id)), name)
         }
       })))
 
@@ -204,8 +223,9 @@ describe("FileSessionPersistence", () => {
           assert.strictEqual(opened._tag, "SessionCorrupt", name)
           assert.strictEqual(yield* readText(fileOf(directory, id)), content(id), name)
         }
-        // list skips what it cannot read instead of failing.
-        assert.strictEqual(Array.from(yield* Stream.runCollect(persistence.list)).length, 0)
+        // DUR-08: list reports what it cannot read instead of failing.
+        const listed = Array.from(yield* Stream.runCollect(persistence.list))
+        assert.deepStrictEqual(listed.map((entry) => entry._tag), Array(cases.length).fill("UnreadableSession"))
       })))
 
   it.effect("PERS-01 two instances in one process exclude each other; concurrent creates have one winner", () =>
@@ -484,4 +504,272 @@ describe("FileSessionPersistence", () => {
           assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 3))
         }).pipe(Effect.scoped)))
   })
+})
+
+/** Custom events whose data is `texts`, seqs from 0. */
+const textEvents = (texts: ReadonlyArray<string>): Array<SessionEvent> =>
+  texts.map((text, seq) => ({ seq, time: 1_700_000_000_000 + seq, type: "test/text", data: { text } }))
+
+/** Stores `events` (one batch) as session `id` with the default layer. */
+const storedEvents = (directory: string, id: SessionId, events: ReadonlyArray<SessionEvent>) =>
+  Effect.flatMap(persistenceAt(directory, { durability: "buffered" }), (persistence) =>
+    Effect.scoped(Effect.flatMap(persistence.create(header(id)), (writer) =>
+      events.length === 0 ? Effect.void : writer.append(events as [SessionEvent, ...Array<SessionEvent>]))))
+
+/**
+ * Node's file system, recording the size of every read of a session file and refusing to read one
+ * whole (`readFile`, `readFileString`, `stream`): DUR-05's streaming reader is the only way in.
+ */
+const streamingOnly = (reads: Array<number>) =>
+  Layer.effect(
+    FileSystem.FileSystem,
+    Effect.map(FileSystem.FileSystem, (fs): FileSystem.FileSystem => {
+      const whole = (path: string) => Effect.dieMessage(`${path} was read whole`)
+      return {
+        ...fs,
+        readFile: (path) => (path.endsWith(".jsonl") ? whole(path) : fs.readFile(path)),
+        readFileString: (path, encoding) => (path.endsWith(".jsonl") ? whole(path) : fs.readFileString(path, encoding)),
+        stream: (path, options) =>
+          path.endsWith(".jsonl") ? Stream.fromEffect(whole(path)) : fs.stream(path, options),
+        open: (path, options) =>
+          Effect.map(fs.open(path, options), (file): FileSystem.File => {
+            if (!path.endsWith(".jsonl")) return file
+            return {
+              [FileSystem.FileTypeId]: FileSystem.FileTypeId,
+              fd: file.fd,
+              get stat() {
+                return file.stat
+              },
+              seek: (offset, from) => file.seek(offset, from),
+              read: (buffer) =>
+                Effect.suspend(() => {
+                  reads.push(buffer.length)
+                  return file.read(buffer)
+                }),
+              readAlloc: (size) =>
+                Effect.suspend(() => {
+                  reads.push(Number(size))
+                  return file.readAlloc(size)
+                }),
+              write: (buffer) => file.write(buffer),
+              sync: file.sync,
+              truncate: (length) => file.truncate(length),
+              writeAll: (buffer) => file.writeAll(buffer)
+            }
+          })
+      }
+    })
+  ).pipe(Layer.provide(NodeFileSystem.layer))
+
+/** A multi-byte text (2, 3 and 4 bytes per character in UTF-8) of about `bytes` bytes. */
+const multiByteText = (bytes: number) => "é中😀a".repeat(Math.ceil(bytes / 10))
+
+describe("FileSessionPersistence durable reads (DUR)", () => {
+  it.effect.prop(
+    "DUR-05 a session read in chunks of any size reads back what was stored (lines and UTF-8 split across chunks)",
+    {
+      chunk: FastCheck.integer({ min: 1, max: 48 }),
+      texts: FastCheck.array(FastCheck.string({ unit: "binary", maxLength: 24 }), { maxLength: 10 }),
+      tail: FastCheck.option(FastCheck.string({ unit: "binary", minLength: 1, maxLength: 40 }), { nil: undefined })
+    },
+    ({ chunk, tail, texts }) =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const id = sid("chunks")
+          const events = textEvents(texts)
+          yield* storedEvents(directory, id, events)
+          const file = fileOf(directory, id)
+          const intact = yield* readBytes(file)
+          // An unterminated tail (a torn write) that may span chunks and split characters.
+          if (tail !== undefined) yield* writeText(file, new TextDecoder().decode(intact) + tail.replaceAll("\n", " "))
+          const reads: Array<number> = []
+          const persistence = yield* Effect.provide(
+            SessionPersistence,
+            FileSessionPersistence.layer({ directory, readChunkBytes: chunk }).pipe(
+              Layer.provide(Layer.merge(NodeContext.layer, streamingOnly(reads)))
+            )
+          )
+          const read = yield* persistence.read(id)
+          assert.deepStrictEqual(read.events, events)
+          assert.strictEqual(read.tornTailDropped, tail === undefined ? 0 : 1)
+          const { stored } = yield* Effect.scoped(persistence.openWrite(id))
+          assert.deepStrictEqual(stored.events, events)
+          assert.deepStrictEqual(yield* readBytes(file), intact)
+          assert.isTrue(reads.length > 0 && reads.every((size) => size <= chunk), `reads of ${reads.join(",")}`)
+        })),
+    { fastCheck: { numRuns: 60 } }
+  )
+
+  it.effect("DUR-05 huge lines, a file of many chunks and multi-byte text are streamed, never read whole", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const id = sid("huge")
+        // One line of ~1.5 MiB (more than the default chunk), small lines around it.
+        const small = Array.from({ length: 300 }, (_, i) => `n${i}`)
+        const events = textEvents(["small", multiByteText(1_500_000), ...small])
+        yield* storedEvents(directory, id, events)
+        const size = (yield* readBytes(fileOf(directory, id))).length
+        for (const chunk of [4096, 65_536, undefined]) {
+          const reads: Array<number> = []
+          const persistence = yield* Effect.provide(
+            SessionPersistence,
+            FileSessionPersistence.layer({ directory, readChunkBytes: chunk }).pipe(
+              Layer.provide(Layer.merge(NodeContext.layer, streamingOnly(reads)))
+            )
+          )
+          const read = yield* persistence.read(id)
+          assert.deepStrictEqual(read.events, events)
+          const limit = chunk ?? 1024 * 1024
+          assert.isTrue(reads.every((n) => n <= limit), `reads of at most ${limit} bytes`)
+          // The file was read in many reads: at least size / chunk of them.
+          assert.isAtLeast(reads.length, Math.floor(size / limit), `${reads.length} reads of a ${size}-byte file`)
+          // And through the writer: resumable, appendable, and listed.
+          yield* Effect.scoped(Effect.gen(function*() {
+            const { stored, writer } = yield* persistence.openWrite(id)
+            assert.strictEqual(stored.events.length, events.length)
+            yield* writer.append([{ ...textEvents(["after"])[0]!, seq: events.length }])
+          }))
+          const listed = Array.from(yield* Stream.runCollect(persistence.list))
+          assert.deepStrictEqual(listed.map((entry) => entry._tag === "SessionSummary" ? entry.eventCount : -1), [
+            (yield* persistence.read(id)).events.length
+          ])
+          events.push({ ...textEvents(["after"])[0]!, seq: events.length })
+        }
+      })))
+
+  it.effect("DUR-05 PERS-03 bytes that are not UTF-8 fail SessionCorrupt at their line, whatever the chunk size", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const id = sid("not-utf8")
+        yield* storedEvents(directory, id, textEvents(["a", "b", "c"]))
+        const file = fileOf(directory, id)
+        const text = yield* readText(file)
+        const lines = text.split("\n")
+        const bad = new TextEncoder().encode(lines.slice(0, 2).join("\n") + "\n")
+        const rest = new TextEncoder().encode("\n" + lines.slice(3).join("\n"))
+        const fs = yield* FileSystem.FileSystem
+        // Line 3 is a lone continuation byte and an overlong encoding.
+        yield* fs.writeFile(file, new Uint8Array([...bad, 0x80, 0xc0, 0xaf, ...rest]))
+        const before = yield* readBytes(file)
+        for (const chunk of [1, 3, 64, undefined]) {
+          const persistence = yield* persistenceAt(directory, { readChunkBytes: chunk })
+          const read = yield* Effect.flip(persistence.read(id))
+          assert.strictEqual(read._tag, "SessionCorrupt")
+          if (read._tag === "SessionCorrupt") {
+            assert.strictEqual(read.line, 3)
+            assert.include(read.reason, "UTF-8")
+          }
+          assert.strictEqual((yield* Effect.flip(Effect.scoped(persistence.openWrite(id))))._tag, "SessionCorrupt")
+          assert.deepStrictEqual(yield* readBytes(file), before)
+        }
+      })))
+
+  it.effect.prop(
+    "DUR-11 only an unterminated tail is torn: any complete record that fails validation is SessionCorrupt",
+    {
+      chunk: FastCheck.integer({ min: 1, max: 64 }),
+      bad: FastCheck.constantFrom(
+        "garbage",
+        "{\"seq\":2}",
+        "[]",
+        "{\"seq\":2,\"time\":1,\"type\":\"x\",\"data\":1}",
+        ""
+      ),
+      terminated: FastCheck.boolean()
+    },
+    ({ bad, chunk, terminated }) =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const id = sid("dur-11")
+          yield* storedEvents(directory, id, textEvents(["a", "b"]))
+          const file = fileOf(directory, id)
+          const intact = yield* readText(file)
+          yield* writeText(file, intact + bad + (terminated ? "\n" : ""))
+          const before = yield* readBytes(file)
+          const persistence = yield* persistenceAt(directory, { readChunkBytes: chunk })
+          if (terminated) {
+            const read = yield* Effect.flip(persistence.read(id))
+            assert.strictEqual(read._tag, "SessionCorrupt")
+            if (read._tag === "SessionCorrupt") assert.strictEqual(read.line, 4)
+            assert.strictEqual((yield* Effect.flip(Effect.scoped(persistence.openWrite(id))))._tag, "SessionCorrupt")
+            assert.deepStrictEqual(yield* readBytes(file), before)
+          } else {
+            assert.strictEqual((yield* persistence.read(id)).tornTailDropped, bad === "" ? 0 : 1)
+            const { stored } = yield* Effect.scoped(persistence.openWrite(id))
+            assert.deepStrictEqual(stored.events, textEvents(["a", "b"]))
+            assert.strictEqual(yield* readText(file), intact)
+          }
+        })),
+    { fastCheck: { numRuns: 40 } }
+  )
+
+  it.effect("DUR-07 on a case-insensitive file system ids that differ only by case never share a session", () =>
+    Effect.gen(function*() {
+      const fs = yield* FileSystem.FileSystem
+      const directory = yield* fs.makeTempDirectoryScoped({ prefix: "effect-agent-case-" })
+      // The fixture folds case: what is written as "Probe" is read as "PROBE".
+      yield* fs.writeFileString(`${directory}/Probe.txt`, "folded")
+      assert.strictEqual(yield* fs.readFileString(`${directory}/PROBE.TXT`), "folded")
+
+      const persistence = yield* FileSessionPersistence.layer({ directory, durability: "buffered" }).pipe(
+        (layer) => Effect.provide(SessionPersistence, layer)
+      )
+      const abc = sid("abc")
+      const ABC = sid("ABC")
+      yield* Effect.scoped(Effect.flatMap(persistence.create(header(abc)), (writer) => writer.append(notes(0, 2))))
+      const stored = yield* fs.readFile(fileOf(directory, abc))
+
+      // Refused at create: whether abc is held by a writer or not.
+      const second = yield* Effect.flip(Effect.scoped(persistence.create(header(ABC))))
+      assert.strictEqual(second._tag, "SessionAlreadyExists")
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* persistence.openWrite(abc)
+        const held = yield* Effect.flip(Effect.scoped(persistence.create(header(ABC))))
+        assert.strictEqual(held._tag, "SessionAlreadyExists")
+        // remove of the other id neither waits for abc's lock nor touches it.
+        yield* persistence.remove(ABC)
+      }))
+
+      // ABC is not stored, on every path; nothing of abc's is handed out or removed.
+      assert.strictEqual((yield* Effect.flip(persistence.read(ABC)))._tag, "SessionNotFound")
+      assert.strictEqual((yield* Effect.flip(Effect.scoped(persistence.openWrite(ABC))))._tag, "SessionNotFound")
+      assert.isFalse(yield* persistence.exists(ABC))
+      yield* persistence.remove(ABC)
+      assert.deepStrictEqual(yield* fs.readFile(fileOf(directory, abc)), stored)
+      assert.deepStrictEqual((yield* persistence.read(abc)).events, notes(0, 2))
+      assert.isTrue(yield* persistence.exists(abc))
+      assert.deepStrictEqual(Array.from(yield* Stream.runCollect(persistence.list)).map((entry) => entry.id), [abc])
+      // And abc itself is removed by its own id.
+      yield* persistence.remove(abc)
+      assert.isFalse(yield* persistence.exists(abc))
+      yield* Effect.scoped(persistence.create(header(ABC)))
+      assert.strictEqual((yield* Effect.flip(persistence.read(abc)))._tag, "SessionNotFound")
+      assert.deepStrictEqual((yield* persistence.read(ABC)).header, header(ABC))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(NodeContext.layer, caseInsensitiveFiles))))
+
+  it.effect("DUR-08 list reports a garbage file, a newer header and a file named by no valid id; lists the rest", () =>
+    inDirectory((directory) =>
+      Effect.gen(function*() {
+        const good = sid("good")
+        yield* storedSession(directory, good, 2)
+        yield* writeText(`${directory}/garbage.jsonl`, "\u0000\u0001 not a session\n")
+        yield* writeText(`${directory}/newer.jsonl`, line({ ...header(sid("newer")), version: 99 }))
+        yield* writeText(`${directory}/-bad name.jsonl`, line(header(good)))
+        yield* writeText(`${directory}/notes.txt`, "not a session file at all")
+        const persistence = yield* persistenceAt(directory)
+        const [entries, logs] = yield* withLogs(Effect.map(Stream.runCollect(persistence.list), Chunk.toArray))
+        assert.deepStrictEqual(entries.map((entry) => [entry.id, entry._tag]), [
+          ["-bad name", "UnreadableSession"],
+          ["garbage", "UnreadableSession"],
+          ["good", "SessionSummary"],
+          ["newer", "UnreadableSession"]
+        ])
+        const problems = unreadableOf(entries).map((entry) => entry.problem)
+        assert.include(problems[0], "not a valid session id")
+        assert.include(problems[1], "not JSON")
+        assert.include(problems[2], "newer")
+        const warnings = logs.filter((l) => l.startsWith("WARN"))
+        assert.strictEqual(warnings.length, 3, logs.join("\n"))
+        assert.isTrue(warnings.every((w) => w.includes(directory)), warnings.join("\n"))
+      })))
 })

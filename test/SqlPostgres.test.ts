@@ -13,6 +13,7 @@ import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
 import { recordingTracer } from "./fixtures/groupCommit.js"
+import { assertCaseFoldedIds, assertInvalidIdRowListed } from "./fixtures/sqlIdentity.js"
 import { withLogs } from "./fixtures/logs.js"
 import { allSuspended, eventually } from "./fixtures/waiting.js"
 
@@ -85,7 +86,12 @@ if (url === undefined) {
       Layer.unwrapScoped(
         Effect.map(freshDatabase(base), (client) => SqlSessionPersistence.layer().pipe(Layer.provideMerge(client())))
       ),
-    { propertyRuns: 15 }
+    {
+      propertyRuns: 15,
+      replaceHeader: (id, text) =>
+        Effect.flatMap(SqlClient, (sql) =>
+          sql`UPDATE effect_agent_sessions SET header = ${text} WHERE session_id = ${id}`)
+    }
   )
 
   /** Runs `body` with a fresh schema and a factory of "processes" over it. */
@@ -259,6 +265,24 @@ if (url === undefined) {
           }).pipe(Effect.withTracer(recording.tracer))
         })))
 
+    it.effect("DUR-07 a database whose collation folds case never hands out or removes another id's session", () =>
+      withDatabase((process, sql) =>
+        Effect.gen(function*() {
+          const persistence = yield* process("folded")
+          // A nondeterministic ICU collation: "abc" = "ABC".
+          const fold = Effect.zipRight(
+            sql.unsafe(`CREATE COLLATION folded (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`),
+            sql.unsafe(`ALTER TABLE effect_agent_sessions ALTER COLUMN session_id TYPE text COLLATE folded`)
+          )
+          yield* assertCaseFoldedIds(persistence, fold)
+        })))
+
+    it.effect("DUR-08 list reports a row whose id is not a valid session id and lists the rest", () =>
+      withDatabase((process, sql) =>
+        Effect.gen(function*() {
+          yield* assertInvalidIdRowListed(yield* process("lister"), sql)
+        })))
+
     it.effect("PERS-04 a big batch is one transaction and round-trips", () =>
       withDatabase((process) =>
         Effect.gen(function*() {
@@ -269,7 +293,9 @@ if (url === undefined) {
           )
           assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 1_000))
           const listed = Chunk.toArray(yield* Stream.runCollect(persistence.list))
-          assert.deepStrictEqual(listed.map((s) => [s.id, s.eventCount]), [[id, 1_000]])
+          assert.deepStrictEqual(listed.map((s) => [s.id, s._tag === "SessionSummary" ? s.eventCount : s.problem]), [
+            [id, 1_000]
+          ])
         })))
   })
 }

@@ -12,6 +12,7 @@ import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import * as Tool from "../src/Tool.js"
 import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
 import { recordingTracer } from "./fixtures/groupCommit.js"
+import { assertCaseFoldedIds, assertInvalidIdRowListed } from "./fixtures/sqlIdentity.js"
 import { withLogs } from "./fixtures/logs.js"
 import { allSuspended, eventually } from "./fixtures/waiting.js"
 import { VERSION } from "../src/SessionEvent.js"
@@ -19,9 +20,14 @@ import { VERSION } from "../src/SessionEvent.js"
 /** A fresh in-memory SQLite database per build. */
 const sqliteMemory = SqliteClient.layer({ filename: ":memory:" })
 
+/** Overwrites the header row of a stored session (DUR-07, DUR-08). */
+const replaceHeaderRow = (id: string, text: string) =>
+  Effect.flatMap(SqlClient, (sql) => sql`UPDATE effect_agent_sessions SET header = ${text} WHERE session_id = ${id}`)
+
 conformance(
   "SqlSessionPersistence.layer on SQLite conformance (PERS-06)",
-  () => SqlSessionPersistence.layer().pipe(Layer.provideMerge(sqliteMemory))
+  () => SqlSessionPersistence.layer().pipe(Layer.provideMerge(sqliteMemory)),
+  { replaceHeader: replaceHeaderRow }
 )
 
 const TTL = 30_000
@@ -344,7 +350,7 @@ describe("SqlSessionPersistence on SQLite", () => {
       yield* Effect.forEach(ids, (id) => Effect.scoped(persistence.create(header(id))), { discard: true })
       const listed = Chunk.toArray(yield* Stream.runCollect(persistence.list))
       assert.deepStrictEqual(listed.map((summary) => summary.id), ids)
-      assert.isTrue(listed.every((summary) => summary.eventCount === 0))
+      assert.isTrue(listed.every((summary) => summary._tag === "SessionSummary" && summary.eventCount === 0))
     })))
 })
 
@@ -382,6 +388,28 @@ const appendTogether = (
 const writersOf = (persistence: SessionPersistence.SessionPersistence["Type"], prefix: string, count: number) =>
   Effect.forEach(Array.from({ length: count }, (_, i) => sid(`${prefix}-${i}`)), (id) =>
     Effect.map(persistence.create(header(id)), (writer) => ({ id, writer })))
+
+describe("SqlSessionPersistence identity and listing on SQLite (DUR)", () => {
+  it.effect("DUR-07 a database whose collation folds case never hands out or removes another id's session", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const persistence = yield* instance("folded")
+      // The sessions table rebuilt with a case-insensitive key, as a database could have it.
+      const fold = Effect.forEach([
+        "ALTER TABLE effect_agent_sessions RENAME TO effect_agent_sessions_cs",
+        `CREATE TABLE effect_agent_sessions (session_id TEXT PRIMARY KEY COLLATE NOCASE, header TEXT NOT NULL,
+          updated_at BIGINT NOT NULL)`,
+        "INSERT INTO effect_agent_sessions SELECT * FROM effect_agent_sessions_cs",
+        "DROP TABLE effect_agent_sessions_cs"
+      ], (statement) => sql.unsafe(statement), { discard: true })
+      yield* assertCaseFoldedIds(persistence, fold)
+    })))
+
+  it.effect("DUR-08 list reports a row whose id is not a valid session id and lists the rest", () =>
+    inSqlite(Effect.gen(function*() {
+      yield* assertInvalidIdRowListed(yield* instance("lister"), yield* SqlClient)
+    })))
+})
 
 describe("SqlSessionPersistence group commit across sessions on SQLite", () => {
   it.effect("SES-02 batches of many sessions waiting behind a commit share one transaction", () =>
