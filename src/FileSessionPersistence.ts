@@ -48,6 +48,12 @@ export interface Options {
    * `process.kill(pid, 0)`.
    */
   readonly isProcessAlive?: ((pid: number) => boolean) | undefined
+  /**
+   * When the process running under `pid` on this host started (any string that differs between two
+   * processes that had the same pid), or `undefined` if that cannot be told. Recorded in locks, so
+   * that a lock whose pid now runs another process is stale (DUR-06). Default: {@link processStartTime}.
+   */
+  readonly processStartTime?: ((pid: number) => string | undefined) | undefined
 }
 
 /**
@@ -65,6 +71,17 @@ export const isProcessAlive = (pid: number): boolean => {
     return (error as { readonly code?: unknown }).code === "EPERM"
   }
 }
+
+/**
+ * When the process running under `pid` started, as recorded in lock files (DUR-06): on Linux the
+ * boot id and the start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`),
+ * `"<boot id>:<ticks>"`. `undefined` when the process is gone or the platform has no `/proc`; a
+ * lock then decides staleness by its pid alone.
+ *
+ * @since 0.2.0
+ * @category locks
+ */
+export const processStartTime = (pid: number): string | undefined => fileLock.procStartTime(pid)
 
 type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
 
@@ -108,6 +125,8 @@ const make = (options: Options) =>
     const path = yield* Path.Path
     const directory = path.resolve(options.directory)
     const durability: Durability = options.durability ?? "fsync"
+    const startTimeOf = options.processStartTime ?? processStartTime
+    const startTime = startTimeOf(process.pid)
     const lockContext: fileLock.LockContext = {
       fs,
       path,
@@ -115,9 +134,12 @@ const make = (options: Options) =>
       self: {
         host: os.hostname(),
         pid: process.pid,
+        ...(startTime === undefined ? {} : { startTime }),
         instanceId: options.instanceId ?? globalThis.crypto.randomUUID()
       },
-      isProcessAlive: options.isProcessAlive ?? isProcessAlive
+      isProcessAlive: options.isProcessAlive ?? isProcessAlive,
+      processStartTime: startTimeOf,
+      isDurable: durability === "fsync"
     }
     const dataPath = (id: string) => path.join(directory, `${id}.jsonl`)
 
@@ -125,6 +147,8 @@ const make = (options: Options) =>
       Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))
     )
     yield* makeDirectory
+    // DUR-06: temp and guard files that crashed lock operations left behind.
+    yield* fileLock.sweepQuietly(lockContext)
 
     // A new directory entry is durable only once the directory itself is synced; not every
     // platform can open a directory, and the data is synced either way, so this is best effort.
@@ -345,6 +369,8 @@ const make = (options: Options) =>
       }
       return yield* inWriterScope(Effect.gen(function*() {
         yield* makeDirectory
+    // DUR-06: temp and guard files that crashed lock operations left behind.
+    yield* fileLock.sweepQuietly(lockContext)
         const owner = yield* lock(id)
         const file = dataPath(id)
         const handle = yield* fs.open(file, { flag: "wx" }).pipe(
