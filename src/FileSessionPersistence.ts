@@ -494,6 +494,10 @@ const make = (options: Options) =>
  * - PERS-01: one writer per session across processes, through `<id>.lock`; a second writer fails
  *   `SessionLocked` at once. A lock of this host whose process is gone is taken over (with a
  *   warning); a lock of another host is never guessed stale — see {@link breakLock}.
+ * - DUR-06: a process is identified by pid and start time ({@link processStartTime}), so a reused
+ *   pid does not keep a stale lock alive; lock and guard files are written in full, then linked or
+ *   renamed into place; guards of dead processes are taken over at once, ownerless leftovers of
+ *   older versions once 60 s old; leftover temp and guard files are removed when the layer starts.
  * - PERS-03: `openWrite` drops a torn last record and truncates it on disk (warning,
  *   `tornTailDropped`); any other bad record fails `SessionCorrupt` and changes nothing.
  * - PERS-04: with `durability: "fsync"` (default) an append resolves once synced; appends queued
@@ -529,9 +533,11 @@ export const layerNode = (options: Options): Layer.Layer<SessionPersistence, Ses
 
 /**
  * Removes the lock of session `id` in `directory`, whoever holds it (and any leftovers of an
- * interrupted takeover), with a warning naming the holder. For operators only: use it when the
- * holder is known to be gone — for example a lock left by a process of another host, which is
- * never guessed stale. Breaking the lock of a live writer lets two writers corrupt the log.
+ * interrupted takeover), with a warning naming the holder. Whatever is at the lock path goes,
+ * a dangling symbolic link too; a link is removed, never what it points to (DUR-06). A directory
+ * there fails `PersistenceError` and stays. For operators only: use it when the holder is known to
+ * be gone — for example a lock left by a process of another host, which is never guessed stale.
+ * Breaking the lock of a live writer lets two writers corrupt the log.
  *
  * @since 0.1.0
  * @category locks

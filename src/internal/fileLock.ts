@@ -363,7 +363,8 @@ export const acquire = (
   id: string
 ): Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError> => {
   const file = lockPath(ctx, id)
-  const attempt = (retries: number): Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError> => {
+  type Attempt = Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError>
+  const attempt = (retries: number): Attempt => {
     const owner = newOwner(ctx)
     const taken = withPrepared(ctx, id, owner, (temp) =>
       Effect.gen(function*() {
@@ -503,7 +504,7 @@ const describeEntry = (entry: Entry): string => {
     case "Owned":
       return describeOwner(entry.owner)
     case "Anonymous":
-      return entry.isEmpty ? "an unknown writer (an empty lock file)" : "an unknown writer (a lock file naming no owner)"
+      return `an unknown writer (${entry.isEmpty ? "an empty lock file" : "a lock file naming no owner"})`
     case "Foreign":
       return `nobody (the lock path is ${entry.what})`
     case "Missing":
