@@ -52,6 +52,12 @@ export interface Options {
    */
   readonly isProcessAlive?: ((pid: number) => boolean) | undefined
   /**
+   * When the process running under `pid` on this host started (any string that differs between two
+   * processes that had the same pid), or `undefined` if that cannot be told. Recorded in locks, so
+   * that a lock whose pid now runs another process is stale (DUR-06). Default: {@link processStartTime}.
+   */
+  readonly processStartTime?: ((pid: number) => string | undefined) | undefined
+  /**
    * How many bytes one read of a session file asks for (default 1 MiB). Files are read by
    * streaming, one chunk at a time (DUR-05); tests lower it to cross chunk boundaries.
    *
@@ -89,6 +95,17 @@ export const isProcessAlive = (pid: number): boolean => {
     return (error as { readonly code?: unknown }).code === "EPERM"
   }
 }
+
+/**
+ * When the process running under `pid` started, as recorded in lock files (DUR-06): on Linux the
+ * boot id and the start time in clock ticks since boot (field 22 of `/proc/<pid>/stat`),
+ * `"<boot id>:<ticks>"`. `undefined` when the process is gone or the platform has no `/proc`; a
+ * lock then decides staleness by its pid alone.
+ *
+ * @since 0.2.0
+ * @category locks
+ */
+export const processStartTime = (pid: number): string | undefined => fileLock.procStartTime(pid)
 
 type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
 
@@ -132,6 +149,8 @@ const make = (options: Options) =>
     const path = yield* Path.Path
     const directory = path.resolve(options.directory)
     const durability: Durability = options.durability ?? "fsync"
+    const startTimeOf = options.processStartTime ?? processStartTime
+    const startTime = startTimeOf(process.pid)
     const lockContext: fileLock.LockContext = {
       fs,
       path,
@@ -139,9 +158,12 @@ const make = (options: Options) =>
       self: {
         host: os.hostname(),
         pid: process.pid,
+        ...(startTime === undefined ? {} : { startTime }),
         instanceId: options.instanceId ?? globalThis.crypto.randomUUID()
       },
-      isProcessAlive: options.isProcessAlive ?? isProcessAlive
+      isProcessAlive: options.isProcessAlive ?? isProcessAlive,
+      processStartTime: startTimeOf,
+      isDurable: durability === "fsync"
     }
     const dataPath = (id: string) => path.join(directory, `${id}.jsonl`)
     const chunkBytes = options.readChunkBytes ?? jsonl.DEFAULT_READ_CHUNK_BYTES
@@ -153,6 +175,8 @@ const make = (options: Options) =>
       Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))
     )
     yield* makeDirectory
+    // DUR-06: temp and guard files that crashed lock operations left behind.
+    yield* fileLock.sweepQuietly(lockContext)
 
     // A new directory entry is durable only once the directory itself is synced; not every
     // platform can open a directory, and the data is synced either way, so this is best effort.
@@ -419,6 +443,8 @@ const make = (options: Options) =>
       }
       return yield* inWriterScope(Effect.gen(function*() {
         yield* makeDirectory
+    // DUR-06: temp and guard files that crashed lock operations left behind.
+    yield* fileLock.sweepQuietly(lockContext)
         const owner = yield* lock(id)
         const handle = yield* fs.open(file, { flag: "wx" }).pipe(
           Effect.catchIf(fileLock.isAlreadyExists, () => new SessionError.SessionAlreadyExists({ id })),
@@ -560,6 +586,10 @@ const make = (options: Options) =>
  * - PERS-01: one writer per session across processes, through `<id>.lock`; a second writer fails
  *   `SessionLocked` at once. A lock of this host whose process is gone is taken over (with a
  *   warning); a lock of another host is never guessed stale — see {@link breakLock}.
+ * - DUR-06: a process is identified by pid and start time ({@link processStartTime}), so a reused
+ *   pid does not keep a stale lock alive; lock and guard files are written in full, then linked or
+ *   renamed into place; guards of dead processes are taken over at once, ownerless leftovers of
+ *   older versions once 60 s old; leftover temp and guard files are removed when the layer starts.
  * - PERS-03, DUR-11: `openWrite` drops an unterminated last record (a torn write) and truncates
  *   it on disk (warning, `tornTailDropped`); any complete record that is invalid — the last one
  *   included — fails `SessionCorrupt{line}` and changes nothing.
@@ -602,9 +632,11 @@ export const layerNode = (options: Options): Layer.Layer<SessionPersistence, Ses
 
 /**
  * Removes the lock of session `id` in `directory`, whoever holds it (and any leftovers of an
- * interrupted takeover), with a warning naming the holder. For operators only: use it when the
- * holder is known to be gone — for example a lock left by a process of another host, which is
- * never guessed stale. Breaking the lock of a live writer lets two writers corrupt the log.
+ * interrupted takeover), with a warning naming the holder. Whatever is at the lock path goes,
+ * a dangling symbolic link too; a link is removed, never what it points to (DUR-06). A directory
+ * there fails `PersistenceError` and stays. For operators only: use it when the holder is known to
+ * be gone — for example a lock left by a process of another host, which is never guessed stale.
+ * Breaking the lock of a live writer lets two writers corrupt the log.
  *
  * @since 0.1.0
  * @category locks

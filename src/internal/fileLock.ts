@@ -1,31 +1,56 @@
 /**
- * The exclusive writer lock of a file-persisted session (PERS-01): `<id>.lock` next to the log,
- * created with exclusive-create and holding its owner `{host, pid, instanceId, token}`.
+ * The exclusive writer lock of a file-persisted session (PERS-01, DUR-06). The files of session
+ * `<id>`'s lock, all next to its log:
  *
- * A lock whose owner is on this host and no longer running is taken over atomically: the new
- * owner is written to a temp file and renamed over the lock, while a guard file named after the
- * stale token (itself exclusive-created) makes sure only one contender replaces that stale lock.
- * A lock from another host is never guessed stale; `breakLock` is the operator's tool.
+ * - `<id>.lock` names its owner `{host, pid, startTime, instanceId, token}`.
+ * - `<id>.lock.<token>.tmp` is a file being prepared by the process that minted `token`. Lock and
+ *   guard files are written there in full, then given their name in one step — `link` for a new
+ *   lock (it fails when the name exists), `rename` for a takeover — so they are never observable
+ *   empty or half-written.
+ * - `<id>.lock.<key>.break` guards the takeover of the stale file whose key is `key` (its owner's
+ *   token, or for an ownerless v1 leftover its inode, mtime and size). It names its owner too:
+ *   only its holder replaces that stale file, and a guard left by a dead process is itself a stale
+ *   file, taken over the same way under its own guard.
+ *
+ * A file of this host is stale when the process it names is gone: its pid does not run, or the
+ * process running under that pid started at another time (another boot, or a reused pid such as a
+ * restarted container's PID 1). A file of another host is never guessed stale (`breakLock` is the
+ * operator's tool). Files that name no owner (v1 leftovers: an empty lock, an anonymous guard) are
+ * stale once older than 60 s; younger ones may be being written right now.
  *
  * @internal
  */
 import type { FileSystem, Path } from "@effect/platform"
 import type { PlatformError } from "@effect/platform/Error"
-import { Effect, Option, Schema } from "effect"
+import { Clock, Effect, Either, Option, Schema } from "effect"
+import { readFileSync } from "node:fs"
 import * as SessionError from "../SessionError.js"
+
+const Token = Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9-]{1,64}$/))
 
 /** @internal */
 export const LockOwner = Schema.Struct({
   host: Schema.String,
   pid: Schema.Int.pipe(Schema.positive()),
+  /** Absent in v1 locks and where the platform cannot tell a process's start (then the pid alone decides). */
+  startTime: Schema.optionalWith(Schema.String, { exact: true }),
   instanceId: Schema.String,
-  token: Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9-]{1,64}$/))
+  token: Token
 })
 
 /** @internal */
 export type LockOwner = typeof LockOwner.Type
 
 const decodeOwner = Schema.decodeUnknownOption(Schema.parseJson(LockOwner))
+
+/** DUR-06: an ownerless file younger than this may be being written now. @internal */
+export const v1LeftoverAgeMillis = 60_000
+
+/** A lock file larger than this is not one we wrote: it is not read (it names no owner). */
+const maxLockBytes = 64 * 1024
+
+/** Guards of guards: a chain this long means something other than crashes is at work. */
+const maxTakeoverDepth = 8
 
 /** @internal */
 export interface LockFiles {
@@ -34,17 +59,29 @@ export interface LockFiles {
   readonly directory: string
 }
 
-/** @internal */
-export interface LockContext extends LockFiles {
-  /** This process: who new locks are written for. */
-  readonly self: Omit<LockOwner, "token">
+/** How the lock protocol tells whether a process of this host still runs (DUR-06). @internal */
+export interface ProcessProbe {
   readonly isProcessAlive: (pid: number) => boolean
+  /** The start of the process running under `pid` (boot and start time), `undefined` if it cannot tell. */
+  readonly processStartTime: (pid: number) => string | undefined
 }
 
-type Holder =
+/** @internal */
+export interface LockContext extends LockFiles, ProcessProbe {
+  /** This process: who new locks and guards are written for. */
+  readonly self: Omit<LockOwner, "token">
+  /** Sync each lock or guard file before it gets its name, so that even a power loss cannot empty it. */
+  readonly isDurable: boolean
+}
+
+/** What is found at a lock or guard path, read without following a symbolic link. */
+type Entry =
   | { readonly _tag: "Missing" }
-  | { readonly _tag: "Owner"; readonly owner: LockOwner }
-  | { readonly _tag: "Unreadable"; readonly content: string }
+  | { readonly _tag: "Owned"; readonly owner: LockOwner; readonly ageMillis: number }
+  | { readonly _tag: "Anonymous"; readonly key: string; readonly ageMillis: number; readonly isEmpty: boolean }
+  | { readonly _tag: "Foreign"; readonly what: string; readonly isDirectory: boolean }
+
+const missing: Entry = { _tag: "Missing" }
 
 /** @internal */
 export const isNotFound = (error: PlatformError): boolean =>
@@ -61,90 +98,259 @@ export const persistenceError = (what: string) => (error: PlatformError): Sessio
 /** @internal */
 export const lockPath = (files: LockFiles, id: string): string => files.path.join(files.directory, `${id}.lock`)
 
+const tempPath = (files: LockFiles, id: string, token: string): string =>
+  files.path.join(files.directory, `${id}.lock.${token}.tmp`)
+
+const guardPath = (files: LockFiles, id: string, key: string): string =>
+  files.path.join(files.directory, `${id}.lock.${key}.break`)
+
+/** `<id>.lock.<token>.tmp|break`: a token has no dots, so another id's files never match as this id's. */
+const leftoverName = /^(.+)\.lock\.([A-Za-z0-9-]{1,64})\.(tmp|break)$/
+
 /** @internal */
 export const describeOwner = (owner: LockOwner): string =>
   `process ${owner.pid} on host ${JSON.stringify(owner.host)} (instance ${JSON.stringify(owner.instanceId)})`
 
-const readHolder = (files: LockFiles, file: string): Effect.Effect<Holder, SessionError.PersistenceError> =>
-  files.fs.readFileString(file).pipe(
-    Effect.map((content): Holder => {
-      const owner = decodeOwner(content)
-      return Option.isSome(owner) ? { _tag: "Owner", owner: owner.value } : { _tag: "Unreadable", content }
-    }),
-    Effect.catchIf(isNotFound, () => Effect.succeed<Holder>({ _tag: "Missing" })),
-    Effect.mapError(persistenceError(`reading the lock file ${file}`))
-  )
+// --- Process identity (DUR-06) ---
+
+let cachedBootId: string | undefined | null = null
+
+const bootId = (): string | undefined => {
+  if (cachedBootId === null) {
+    try {
+      cachedBootId = readFileSync("/proc/sys/kernel/random/boot_id", "latin1").trim() || undefined
+    } catch {
+      cachedBootId = undefined
+    }
+  }
+  return cachedBootId
+}
 
 /**
- * Creates `file` with `content` unless it exists (`false` then). A file this call created but
- * could not fill is removed, so a failed attempt never leaves an empty lock behind.
+ * DUR-06 on Linux: `<boot id>:<start time>`, the start time being field 22 of `/proc/<pid>/stat`
+ * (clock ticks since boot). `undefined` when the process is gone or there is no `/proc`.
+ *
+ * @internal
  */
-const createExclusive = (
-  files: LockFiles,
-  file: string,
-  content: string
-): Effect.Effect<boolean, SessionError.PersistenceError> =>
+export const procStartTime = (pid: number): string | undefined => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "latin1")
+    // Field 2 is the command in parentheses and may hold anything; field 3 follows the last ")".
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    const ticks = fields[22 - 3]
+    if (ticks === undefined || !/^\d+$/.test(ticks)) return undefined
+    return `${bootId() ?? "unknown-boot"}:${ticks}`
+  } catch {
+    return undefined
+  }
+}
+
+type Liveness = "Running" | "Gone" | "Elsewhere"
+
+/** A probe that throws cannot tell, and must not let us steal a lock: the process counts as running. */
+const livenessOf = (ctx: LockContext, owner: LockOwner): Liveness => {
+  if (owner.host !== ctx.self.host) return "Elsewhere"
+  try {
+    if (!ctx.isProcessAlive(owner.pid)) return "Gone"
+    // A v1 lock, or one written where start times cannot be read: the pid alone decides.
+    if (owner.startTime === undefined) return "Running"
+    const current = ctx.processStartTime(owner.pid)
+    return current === undefined || current === owner.startTime ? "Running" : "Gone"
+  } catch {
+    return "Running"
+  }
+}
+
+// --- Reading and writing lock files ---
+
+const fileTypeName = (type: FileSystem.File.Type): string =>
+  type === "Directory" ? "a directory" : `a file of type ${type}`
+
+/** Reads `file` without following a symbolic link, and without reading what is not a regular file. */
+const inspect = (files: LockFiles, file: string): Effect.Effect<Entry, SessionError.PersistenceError> =>
+  Effect.gen(function*() {
+    const link = yield* Effect.either(files.fs.readLink(file))
+    if (Either.isRight(link)) {
+      return { _tag: "Foreign", what: `a symbolic link to ${JSON.stringify(link.right)}`, isDirectory: false } as const
+    }
+    if (isNotFound(link.left)) return missing
+    const info = yield* files.fs.stat(file)
+    if (info.type !== "File") {
+      return { _tag: "Foreign", what: fileTypeName(info.type), isDirectory: info.type === "Directory" } as const
+    }
+    const now = yield* Clock.currentTimeMillis
+    const mtime = Option.match(info.mtime, { onNone: () => now, onSome: (date) => date.getTime() })
+    const ageMillis = now - mtime
+    const content = info.size > maxLockBytes ? "" : yield* files.fs.readFileString(file)
+    const owner = decodeOwner(content)
+    if (Option.isSome(owner)) return { _tag: "Owned", owner: owner.value, ageMillis } as const
+    const inode = Option.getOrElse(info.ino, () => 0)
+    return {
+      _tag: "Anonymous",
+      key: `v1-${inode}-${mtime}-${info.size}`.slice(0, 64),
+      ageMillis,
+      isEmpty: Number(info.size) === 0
+    } as const
+  }).pipe(
+    Effect.catchIf(isNotFound, () => Effect.succeed(missing)),
+    Effect.mapError(persistenceError(`reading ${file}`))
+  )
+
+/** The key a guard names: which version of a file it protects (`undefined`: nothing to protect). */
+const keyOf = (entry: Entry): string | undefined =>
+  entry._tag === "Owned" ? entry.owner.token : entry._tag === "Anonymous" ? entry.key : undefined
+
+const newOwner = (ctx: LockContext): LockOwner => ({ ...ctx.self, token: globalThis.crypto.randomUUID() })
+
+/** Writes `owner` in full to its own temporary file (exclusive-create: the token is fresh). */
+const writeTemp = (ctx: LockContext, file: string, owner: LockOwner) =>
   Effect.scoped(
-    Effect.flatMap(files.fs.open(file, { flag: "wx" }), (handle) =>
-      handle.writeAll(new TextEncoder().encode(content)).pipe(
-        Effect.onError(() => Effect.ignore(files.fs.remove(file)))
+    Effect.flatMap(ctx.fs.open(file, { flag: "wx" }), (handle) =>
+      Effect.zipRight(
+        handle.writeAll(new TextEncoder().encode(JSON.stringify(owner))),
+        ctx.isDurable ? handle.sync : Effect.void
       ))
-  ).pipe(
+  ).pipe(Effect.mapError(persistenceError(`writing ${file}`)))
+
+const removeQuietly = (files: LockFiles, file: string) => Effect.ignore(files.fs.remove(file))
+
+/** Runs `use` with `owner` written to its temp file; the temp name is removed afterwards, whatever happened. */
+const withPrepared = <A, E>(
+  ctx: LockContext,
+  id: string,
+  owner: LockOwner,
+  use: (temp: string) => Effect.Effect<A, E>
+): Effect.Effect<A, E | SessionError.PersistenceError> => {
+  const temp = tempPath(ctx, id, owner.token)
+  return writeTemp(ctx, temp, owner).pipe(Effect.zipRight(use(temp)), Effect.ensuring(removeQuietly(ctx, temp)))
+}
+
+/** Gives the complete `temp` the name `file` unless that name exists (`false` then): `link` never replaces. */
+const linkTo = (ctx: LockContext, temp: string, file: string) =>
+  ctx.fs.link(temp, file).pipe(
     Effect.as(true),
     Effect.catchIf(isAlreadyExists, () => Effect.succeed(false)),
     Effect.mapError(persistenceError(`creating ${file}`))
   )
 
+// --- Takeover ---
+
 const locked = (id: string, holder: string) => new SessionError.SessionLocked({ id, holder })
 
-const removeQuietly = (files: LockFiles, file: string) => Effect.ignore(files.fs.remove(file))
+/** A stale lock or guard: the key its guard is named after, and who left it (for warnings). */
+interface Stale {
+  readonly key: string
+  readonly left: string
+}
+
+type Role = "lock" | "guard"
 
 /**
- * Replaces the lock of a dead owner with ours. `None` when the lock changed meanwhile (the caller
- * starts over).
+ * DUR-06: what may be done about the file found at `file`. `None` when it is gone (start over);
+ * `SessionLocked` when it belongs to a live writer, another host, or may still be being written.
  */
-const takeOver = (
+const judge = (
   ctx: LockContext,
   id: string,
   file: string,
-  stale: LockOwner
-): Effect.Effect<Option.Option<LockOwner>, SessionError.SessionLocked | SessionError.PersistenceError> => {
-  const owner: LockOwner = { ...ctx.self, token: globalThis.crypto.randomUUID() }
-  const temp = ctx.path.join(ctx.directory, `${id}.lock.${owner.token}.tmp`)
-  const guard = ctx.path.join(ctx.directory, `${id}.lock.${stale.token}.break`)
-  return Effect.gen(function*() {
-    yield* createExclusive(ctx, temp, JSON.stringify(owner))
-    const isGuarded = yield* createExclusive(ctx, guard, JSON.stringify(owner))
-    if (!isGuarded) {
-      return yield* locked(
+  entry: Entry,
+  role: Role
+): Effect.Effect<Option.Option<Stale>, SessionError.SessionLocked> => {
+  switch (entry._tag) {
+    case "Missing":
+      return Effect.succeed(Option.none())
+    case "Foreign":
+      return Effect.fail(locked(
         id,
-        `another writer is taking over the stale lock of ${describeOwner(stale)} (guard file ${guard}; ` +
-          "if no process is doing so, break the lock)"
-      )
+        `${file} is ${entry.what}, not a ${role} file of effect-agent; it is never followed or replaced — ` +
+          "if no writer holds the session, clear it with FileSessionPersistence.breakLock"
+      ))
+    case "Owned": {
+      if (livenessOf(ctx, entry.owner) !== "Gone") {
+        return Effect.fail(locked(
+          id,
+          role === "lock"
+            ? describeOwner(entry.owner)
+            : `${describeOwner(entry.owner)}, which is taking over a stale lock (guard file ${file}; ` +
+              "if no process is doing so, break the lock)"
+        ))
+      }
+      return Effect.succeed(Option.some({
+        key: entry.owner.token,
+        left: `${describeOwner(entry.owner)}, which is no longer running`
+      }))
     }
-    return yield* Effect.gen(function*() {
-      // Under the guard nobody else can replace this stale lock, and nobody can create one while it
-      // exists: if it still holds the stale token, the rename below is the only change to it.
-      const current = yield* readHolder(ctx, file)
-      if (current._tag !== "Owner" || current.owner.token !== stale.token) return Option.none()
-      yield* ctx.fs.rename(temp, file).pipe(Effect.mapError(persistenceError(`taking over the lock ${file}`)))
-      yield* Effect.logWarning(
-        `effect-agent: took over the lock of session ${JSON.stringify(id)} from ${describeOwner(stale)}, ` +
-          "which is no longer running"
-      )
-      return Option.some(owner)
-    }).pipe(Effect.ensuring(removeQuietly(ctx, guard)))
-  }).pipe(Effect.ensuring(removeQuietly(ctx, temp)))
-}
-
-const isAlive = (ctx: LockContext, pid: number): boolean => {
-  try {
-    return ctx.isProcessAlive(pid)
-  } catch {
-    // A probe that cannot tell must not let us steal a lock.
-    return true
+    case "Anonymous": {
+      const what = `the ${role} file ${file} ${entry.isEmpty ? "is empty" : "does not name a valid owner"}`
+      if (entry.ageMillis < v1LeftoverAgeMillis) {
+        return Effect.fail(locked(
+          id,
+          `an unknown writer (${what}: it may be being written by an older version, so it is respected ` +
+            "until it is 60 s old, then taken over; or break the lock)"
+        ))
+      }
+      return Effect.succeed(Option.some({ key: entry.key, left: `a crashed writer (${what} and is over 60 s old)` }))
+    }
   }
 }
+
+/**
+ * Replaces the stale file `target`, whose key is `staleKey`, with the complete file `replacement`:
+ * under the guard of `staleKey` nobody else replaces that file and nobody creates one in its place,
+ * so if it still has that key the rename is the only change to it. `false` when it changed
+ * meanwhile or the guard moved under us (the caller starts over).
+ */
+const replaceStale = (
+  ctx: LockContext,
+  id: string,
+  target: string,
+  staleKey: string,
+  replacement: string,
+  depth: number
+): Effect.Effect<boolean, SessionError.SessionLocked | SessionError.PersistenceError> =>
+  Effect.gen(function*() {
+    const guard = guardPath(ctx, id, staleKey)
+    const held = yield* holdGuard(ctx, id, guard, depth)
+    if (Option.isNone(held)) return false
+    return yield* Effect.gen(function*() {
+      if (keyOf(yield* inspect(ctx, target)) !== staleKey) return false
+      yield* ctx.fs.rename(replacement, target).pipe(Effect.mapError(persistenceError(`replacing ${target}`)))
+      return true
+    }).pipe(Effect.ensuring(releaseGuard(ctx, guard, held.value)))
+  })
+
+/** Takes the guard file `guard` (taking over one left by a dead process); `None`: start over. */
+const holdGuard = (
+  ctx: LockContext,
+  id: string,
+  guard: string,
+  depth: number
+): Effect.Effect<Option.Option<string>, SessionError.SessionLocked | SessionError.PersistenceError> => {
+  const owner = newOwner(ctx)
+  return withPrepared(ctx, id, owner, (temp) =>
+    Effect.gen(function*() {
+      if (yield* linkTo(ctx, temp, guard)) return Option.some(owner.token)
+      const stale = yield* judge(ctx, id, guard, yield* inspect(ctx, guard), "guard")
+      if (Option.isNone(stale)) return Option.none()
+      if (depth >= maxTakeoverDepth) {
+        return yield* locked(id, `a chain of ${depth} interrupted takeovers ending at ${guard}; break the lock`)
+      }
+      if (!(yield* replaceStale(ctx, id, guard, stale.value.key, temp, depth + 1))) return Option.none()
+      yield* Effect.logWarning(
+        `effect-agent: took over the guard file ${guard} of session ${JSON.stringify(id)} from ${stale.value.left}`
+      )
+      return Option.some(owner.token)
+    }))
+}
+
+/** Removes our guard; never fails (a guard left behind is swept once we are gone). */
+const releaseGuard = (ctx: LockContext, guard: string, token: string): Effect.Effect<void> =>
+  inspect(ctx, guard).pipe(
+    Effect.flatMap((entry) =>
+      entry._tag === "Owned" && entry.owner.token === token ? ctx.fs.remove(guard) : Effect.void
+    ),
+    Effect.ignore
+  )
 
 /**
  * Takes the lock of session `id`, or fails `SessionLocked` at once with its holder. Not
@@ -158,28 +364,27 @@ export const acquire = (
 ): Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError> => {
   const file = lockPath(ctx, id)
   type Attempt = Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError>
-  const attempt = (retries: number): Attempt =>
-    Effect.gen(function*() {
-      const owner: LockOwner = { ...ctx.self, token: globalThis.crypto.randomUUID() }
-      if (yield* createExclusive(ctx, file, JSON.stringify(owner))) return owner
-      const holder = yield* readHolder(ctx, file)
-      const again = (why: string) =>
-        retries > 0 ? attempt(retries - 1) : Effect.fail(locked(id, `a writer that keeps changing (${why})`))
-      switch (holder._tag) {
-        case "Missing":
-          return yield* again("the lock was released while we looked")
-        case "Unreadable":
-          return yield* locked(id, `an unknown writer (the lock file ${file} does not name a valid owner)`)
-        case "Owner": {
-          const stale = holder.owner
-          if (stale.host !== ctx.self.host || isAlive(ctx, stale.pid)) {
-            return yield* locked(id, describeOwner(stale))
-          }
-          const taken = yield* takeOver(ctx, id, file, stale)
-          return Option.isSome(taken) ? taken.value : yield* again("the stale lock changed while we took it over")
-        }
+  const attempt = (retries: number): Attempt => {
+    const owner = newOwner(ctx)
+    const taken = withPrepared(ctx, id, owner, (temp) =>
+      Effect.gen(function*() {
+        if (yield* linkTo(ctx, temp, file)) return Option.some(false)
+        const stale = yield* judge(ctx, id, file, yield* inspect(ctx, file), "lock")
+        if (Option.isNone(stale)) return Option.none()
+        if (!(yield* replaceStale(ctx, id, file, stale.value.key, temp, 0))) return Option.none()
+        yield* Effect.logWarning(
+          `effect-agent: took over the lock of session ${JSON.stringify(id)} from ${stale.value.left}`
+        )
+        return Option.some(true)
+      }))
+    return Effect.flatMap(taken, (outcome) => {
+      if (Option.isSome(outcome)) {
+        // A crash left this lock stale: it may have left temp and guard files of this id too.
+        return outcome.value ? Effect.as(sweepQuietly(ctx, id), owner) : Effect.succeed(owner)
       }
+      return retries > 0 ? attempt(retries - 1) : Effect.fail(locked(id, "a writer that keeps changing"))
     })
+  }
   return attempt(3)
 }
 
@@ -191,10 +396,10 @@ export const acquire = (
  */
 export const release = (ctx: LockContext, id: string, owner: LockOwner): Effect.Effect<void> => {
   const file = lockPath(ctx, id)
-  return readHolder(ctx, file).pipe(
-    Effect.flatMap((holder) => {
-      if (holder._tag === "Missing") return Effect.void
-      if (holder._tag === "Owner" && holder.owner.token === owner.token) {
+  return inspect(ctx, file).pipe(
+    Effect.flatMap((entry) => {
+      if (entry._tag === "Missing") return Effect.void
+      if (entry._tag === "Owned" && entry.owner.token === owner.token) {
         return ctx.fs.remove(file).pipe(
           Effect.catchIf(isNotFound, () => Effect.void),
           Effect.mapError(persistenceError(`removing the lock ${file}`))
@@ -208,38 +413,137 @@ export const release = (ctx: LockContext, id: string, owner: LockOwner): Effect.
   )
 }
 
+// --- Leftovers ---
+
+interface Leftover {
+  readonly name: string
+  readonly id: string
+  readonly key: string
+  readonly kind: "tmp" | "break"
+}
+
+const leftoversIn = (names: ReadonlyArray<string>, only: string | undefined): Array<Leftover> => {
+  const found: Array<Leftover> = []
+  for (const name of names) {
+    const match = leftoverName.exec(name)
+    if (match === null) continue
+    const [, id = "", key = "", kind] = match
+    if (only !== undefined && id !== only) continue
+    found.push({ name, id, key, kind: kind === "tmp" ? "tmp" : "break" })
+  }
+  return found
+}
+
+const listDirectory = (files: LockFiles) =>
+  files.fs.readDirectory(files.directory).pipe(
+    Effect.catchIf(isNotFound, () => Effect.succeed<Array<string>>([])),
+    Effect.mapError(persistenceError(`listing ${files.directory}`))
+  )
+
 /**
- * Removes the lock of `id` whoever holds it, and the guard or temp files of interrupted takeovers.
- * Only for an operator who knows the holder is gone.
+ * DUR-06: whether a leftover may go. Its writer must be gone (or it is over 60 s old: nothing we
+ * write lives that long). A temp file is only ever used by its writer; a guard also must protect
+ * nothing any more — no lock or guard has its key, and none ever will (keys are not reused).
+ */
+const isRemovable = (ctx: LockContext, leftover: Leftover, entry: Entry, keysInUse: ReadonlySet<string>): boolean => {
+  if (entry._tag === "Missing" || entry._tag === "Foreign") return false
+  if (leftover.kind === "break" && keysInUse.has(leftover.key)) return false
+  if (entry.ageMillis >= v1LeftoverAgeMillis) return true
+  return entry._tag === "Owned" && livenessOf(ctx, entry.owner) === "Gone"
+}
+
+const sweepSession = (ctx: LockContext, id: string, leftovers: ReadonlyArray<Leftover>) =>
+  Effect.gen(function*() {
+    const entries = yield* Effect.forEach(leftovers, (leftover) =>
+      Effect.map(inspect(ctx, ctx.path.join(ctx.directory, leftover.name)), (entry) => ({ leftover, entry })))
+    const keysInUse = new Set<string>()
+    for (const { entry, leftover } of entries) {
+      const key = leftover.kind === "break" ? keyOf(entry) : undefined
+      if (key !== undefined) keysInUse.add(key)
+    }
+    // Read after the guards: a key gone from the lock never comes back, so a late read only adds keys.
+    const lockKey = keyOf(yield* inspect(ctx, lockPath(ctx, id)))
+    if (lockKey !== undefined) keysInUse.add(lockKey)
+    for (const { entry, leftover } of entries) {
+      if (!isRemovable(ctx, leftover, entry, keysInUse)) continue
+      yield* ctx.fs.remove(ctx.path.join(ctx.directory, leftover.name)).pipe(
+        Effect.catchIf(isNotFound, () => Effect.void),
+        Effect.mapError(persistenceError(`removing ${leftover.name}`))
+      )
+      yield* Effect.logInfo(`effect-agent: removed ${leftover.name}, left by an interrupted lock operation`)
+    }
+  })
+
+/**
+ * DUR-06: removes the temp and guard files that crashed lock operations left in the directory (of
+ * session `only`, or of every session), where that is safe (see {@link isRemovable}).
+ *
+ * @internal
+ */
+export const sweep = (ctx: LockContext, only?: string): Effect.Effect<void, SessionError.PersistenceError> =>
+  Effect.gen(function*() {
+    const bySession = new Map<string, Array<Leftover>>()
+    for (const leftover of leftoversIn(yield* listDirectory(ctx), only)) {
+      const group = bySession.get(leftover.id)
+      if (group === undefined) bySession.set(leftover.id, [leftover])
+      else group.push(leftover)
+    }
+    for (const [id, leftovers] of bySession) yield* sweepSession(ctx, id, leftovers)
+  })
+
+/** A sweep that only warns: leftovers are clutter, never a reason to refuse a writer. @internal */
+export const sweepQuietly = (ctx: LockContext, only?: string): Effect.Effect<void> =>
+  sweep(ctx, only).pipe(
+    Effect.catchAll((error) => Effect.logWarning(`effect-agent: could not clean up lock leftovers: ${error.reason}`))
+  )
+
+// --- Operator ---
+
+const describeEntry = (entry: Entry): string => {
+  switch (entry._tag) {
+    case "Owned":
+      return describeOwner(entry.owner)
+    case "Anonymous":
+      return `an unknown writer (${entry.isEmpty ? "an empty lock file" : "a lock file naming no owner"})`
+    case "Foreign":
+      return `nobody (the lock path is ${entry.what})`
+    case "Missing":
+      return "nobody"
+  }
+}
+
+/** Removes what is at `file` itself — a symbolic link is removed, never what it points to. */
+const removeEntry = (files: LockFiles, file: string, entry: Entry) =>
+  entry._tag === "Foreign" && entry.isDirectory
+    ? Effect.fail(
+      new SessionError.PersistenceError({
+        reason: `${file} is a directory, not a lock file: effect-agent does not delete it; remove it yourself`
+      })
+    )
+    : files.fs.remove(file).pipe(
+      Effect.catchIf(isNotFound, () => Effect.void),
+      Effect.mapError(persistenceError(`removing ${file}`))
+    )
+
+/**
+ * Removes the lock of `id` whatever holds it or is at its path (a dangling symbolic link too, DUR-06),
+ * and the guard and temp files of interrupted lock operations. Only for an operator who knows the
+ * holder is gone.
  *
  * @internal
  */
 export const breakLock = (files: LockFiles, id: string): Effect.Effect<void, SessionError.PersistenceError> =>
   Effect.gen(function*() {
     const file = lockPath(files, id)
-    const holder = yield* readHolder(files, file)
-    if (holder._tag !== "Missing") {
+    const entry = yield* inspect(files, file)
+    if (entry._tag !== "Missing") {
       yield* Effect.logWarning(
-        `effect-agent: breaking the lock of session ${JSON.stringify(id)} held by ` +
-          (holder._tag === "Owner" ? describeOwner(holder.owner) : "an unknown writer")
+        `effect-agent: breaking the lock of session ${JSON.stringify(id)} held by ${describeEntry(entry)}`
       )
-      yield* files.fs.remove(file).pipe(
-        Effect.catchIf(isNotFound, () => Effect.void),
-        Effect.mapError(persistenceError(`removing the lock ${file}`))
-      )
+      yield* removeEntry(files, file, entry)
     }
-    const names = yield* files.fs.readDirectory(files.directory).pipe(
-      Effect.catchIf(isNotFound, () => Effect.succeed<Array<string>>([])),
-      Effect.mapError(persistenceError(`listing ${files.directory}`))
-    )
-    const prefix = `${id}.lock.`
-    for (const name of names) {
-      if (!name.startsWith(prefix)) continue
-      // Only `<id>.lock.<token>.break|tmp`: a token has no dots, so other ids' files never match.
-      if (!/^[A-Za-z0-9-]{1,64}\.(break|tmp)$/.test(name.slice(prefix.length))) continue
-      yield* files.fs.remove(files.path.join(files.directory, name)).pipe(
-        Effect.catchIf(isNotFound, () => Effect.void),
-        Effect.mapError(persistenceError(`removing ${name}`))
-      )
+    for (const leftover of leftoversIn(yield* listDirectory(files), id)) {
+      const path = files.path.join(files.directory, leftover.name)
+      yield* removeEntry(files, path, yield* inspect(files, path))
     }
   })
