@@ -13,13 +13,14 @@ import { Deferred, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
 import * as fileLock from "./internal/fileLock.js"
 import * as finalizer from "./internal/finalizer.js"
-import { encode, eventLines, headerLine, parseLog } from "./internal/jsonl.js"
+import { encode, headerLine, parseLog } from "./internal/jsonl.js"
+import * as recordSize from "./internal/recordSize.js"
 import { storedHeader } from "./internal/eventCodec.js"
 import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
-import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
+import type { SessionSummary, SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
 
@@ -36,7 +37,7 @@ export type Durability = "fsync" | "buffered"
  * @since 0.1.0
  * @category models
  */
-export interface Options {
+export interface Options extends SizeLimits {
   /** Where the session files live; created if missing. */
   readonly directory: string
   /** Default `"fsync"`. */
@@ -66,16 +67,31 @@ export const isProcessAlive = (pid: number): boolean => {
   }
 }
 
-type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
+type WriteError =
+  | SessionError.SessionConflict
+  | SessionError.InvalidEventData
+  | SessionError.SessionFull
+  | SessionError.PersistenceError
 
 /** An append made while a write was in flight: it goes out with the next write. */
 interface PendingAppend {
   readonly events: Arr.NonEmptyReadonlyArray<SessionEvent>
+  /** Encoded by its own caller as it joined: one that cannot be encoded fails alone (DUR-04). */
+  readonly records: Either.Either<ReadonlyArray<string>, SessionError.InvalidEventData>
   readonly done: Deferred.Deferred<void, WriteError>
 }
 
+/** A batch that may be written: its records and their lines' size. */
+interface Admitted {
+  readonly records: ReadonlyArray<string>
+  readonly bytes: number
+}
+
 interface WriterState {
-  /** Byte length of the acknowledged records: where the next batch is written. */
+  /**
+   * Byte length of the acknowledged records: where the next batch is written, and the session's
+   * size that `maxSessionBytes` bounds (DUR-05).
+   */
   offset: number
   nextSeq: number
   /** Set when a failed write could not be undone: every later append fails with it (SES-02b). */
@@ -108,6 +124,9 @@ const make = (options: Options) =>
     const path = yield* Path.Path
     const directory = path.resolve(options.directory)
     const durability: Durability = options.durability ?? "fsync"
+    const limits = recordSize.limitsOf("FileSessionPersistence", options)
+    if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
+    const { maxEventBytes, maxSessionBytes } = limits.right
     const lockContext: fileLock.LockContext = {
       fs,
       path,
@@ -189,6 +208,24 @@ const make = (options: Options) =>
       const refusal = (events: Arr.NonEmptyReadonlyArray<SessionEvent>, nextSeq: number): WriteError | undefined =>
         state.failed ?? (state.isClosed ? conflict(id, events[0].seq, state.nextSeq) : fence(id, events, nextSeq))
 
+      /**
+       * Whether a batch, placed at `nextSeq` in a file of `size` bytes, may be written: PERS-02, then
+       * DUR-05 (an event that could not be encoded or is too big, then the session's limit).
+       */
+      const admit = (
+        events: Arr.NonEmptyReadonlyArray<SessionEvent>,
+        records: Either.Either<ReadonlyArray<string>, SessionError.InvalidEventData>,
+        nextSeq: number,
+        size: number
+      ): Either.Either<Admitted, WriteError> => {
+        const refused = refusal(events, nextSeq)
+        if (refused !== undefined) return Either.left(refused)
+        if (Either.isLeft(records)) return Either.left(records.left)
+        const bytes = recordSize.recordsBytes(records.right)
+        const full = recordSize.overLimit(id, size, bytes, maxSessionBytes)
+        return full !== undefined ? Either.left(full) : Either.right({ records: records.right, bytes })
+      }
+
       /** SES-02b: undo the partial write so the file ends at the last acknowledged record. */
       const undo = (cause: PlatformError): Effect.Effect<never, SessionError.PersistenceError> =>
         file.truncate(state.offset).pipe(
@@ -205,9 +242,9 @@ const make = (options: Options) =>
           Effect.zipRight(Effect.fail(fileLock.persistenceError(`appending to ${pathOfData}`)(cause)))
         )
 
-      /** Appends `text` after the acknowledged records; acknowledged up to `nextSeq` once stored. */
-      const commit = (text: string, nextSeq: number): Effect.Effect<void, SessionError.PersistenceError> => {
-        const bytes = encode(text)
+      /** Appends the batch after the acknowledged records; acknowledged up to `nextSeq` once stored. */
+      const commit = (batch: Admitted, nextSeq: number): Effect.Effect<void, SessionError.PersistenceError> => {
+        const bytes = recordSize.linesOf(batch.records, batch.bytes)
         const written = durability === "fsync" ? Effect.zipRight(file.writeAll(bytes), file.sync) : file.writeAll(bytes)
         return Effect.matchEffect(written, {
           onFailure: undo,
@@ -223,20 +260,23 @@ const make = (options: Options) =>
       const commitPending = (batch: ReadonlyArray<PendingAppend>) =>
         Effect.gen(function*() {
           let nextSeq = state.nextSeq
-          let text = ""
+          const records: Array<string> = []
+          let bytes = 0
           const accepted: Array<PendingAppend> = []
           for (const request of batch) {
-            const refused = refusal(request.events, nextSeq)
-            if (refused !== undefined) {
-              yield* Deferred.fail(request.done, refused)
+            // each against what the appends before it in this write leave (PERS-02, DUR-05)
+            const admitted = admit(request.events, request.records, nextSeq, state.offset + bytes)
+            if (Either.isLeft(admitted)) {
+              yield* Deferred.fail(request.done, admitted.left)
               continue
             }
-            text += eventLines(request.events)
+            for (const record of admitted.right.records) records.push(record)
+            bytes += admitted.right.bytes
             accepted.push(request)
             nextSeq += request.events.length
           }
           if (accepted.length === 0) return
-          const written = yield* Effect.exit(commit(text, nextSeq))
+          const written = yield* Effect.exit(commit({ records, bytes }, nextSeq))
           for (const request of accepted) yield* Deferred.done(request.done, written)
         }).pipe(
           // A defect here is a bug; its callers see it rather than wait forever.
@@ -271,16 +311,18 @@ const make = (options: Options) =>
 
       /**
        * Runs with `isWriting` set, uninterruptibly: a write is either acknowledged or undone. The
-       * drain is installed around everything after the flag, encoding included: a defect there (a
-       * value JSON cannot encode, given to the writer directly) fails this append, not every later one.
+       * drain is installed around everything after the flag, encoding included: a value that cannot
+       * be encoded fails this append (`InvalidEventData`, DUR-04), and even a defect there fails
+       * only this append, not every later one.
        */
       const write = (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
         Effect.ensuring(
           Effect.suspend((): Effect.Effect<void, WriteError> => {
-            const refused = refusal(events, state.nextSeq)
-            return refused === undefined
-              ? commit(eventLines(events), state.nextSeq + events.length)
-              : Effect.fail(refused)
+            const records = recordSize.encodeRecords(events, maxEventBytes)
+            const admitted = admit(events, records, state.nextSeq, state.offset)
+            return Either.isRight(admitted)
+              ? commit(admitted.right, state.nextSeq + events.length)
+              : Effect.fail(admitted.left)
           }),
           drain
         )
@@ -303,7 +345,7 @@ const make = (options: Options) =>
           if (state.isWriting) {
             // Checked and joined in one synchronous step: the write in flight drains it.
             const done = Deferred.unsafeMake<void, WriteError>(fiber.id())
-            pending.push({ events, done })
+            pending.push({ events, records: recordSize.encodeRecords(events, maxEventBytes), done })
             return Deferred.await(done)
           }
           state.isWriting = true

@@ -9,11 +9,11 @@
  * @since 0.1.0
  */
 import { SqlClient } from "@effect/sql/SqlClient"
-import type { Array as Arr } from "effect"
-import { Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
+import { Array as Arr, Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
 import * as committer from "./internal/sqlCommitter.js"
 import * as lock from "./internal/lock.js"
+import * as recordSize from "./internal/recordSize.js"
 import * as lease from "./internal/sqlLease.js"
 import { conflict, decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
 import type { EventRow } from "./internal/sqlLog.js"
@@ -22,7 +22,7 @@ import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
-import type { SessionSummary, SessionWriter, StoredSession } from "./SessionPersistence.js"
+import type { SessionSummary, SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
 
@@ -47,7 +47,7 @@ export type Durability = "fsync" | "buffered"
  * @since 0.1.0
  * @category models
  */
-export interface Options {
+export interface Options extends SizeLimits {
   /** Default `"fsync"`; see {@link Durability}. */
   readonly durability?: Durability | undefined
   /**
@@ -61,10 +61,21 @@ export interface Options {
   readonly instanceId?: string | undefined
 }
 
-type WriteError = committer.WriteError
+type WriteError = committer.WriteError | SessionError.InvalidEventData | SessionError.SessionFull
+
+/** A batch ready for the committer: its rows and the size of their lines. */
+interface EncodedBatch {
+  readonly rows: Arr.NonEmptyReadonlyArray<committer.EventRow>
+  readonly bytes: number
+}
 
 interface WriterState {
   nextSeq: number
+  /**
+   * The session's size as the file store counts it (header and event lines, DUR-05): what was
+   * stored when the writer opened plus what it committed since.
+   */
+  bytes: number
   /** Released or discarded: appends are refused. */
   isClosed: boolean
   /** The renewal found the lease taken over: appends are refused without a round trip. */
@@ -94,6 +105,9 @@ const make = (options: Options | undefined) =>
       return yield* Effect.dieMessage(`SqlSessionPersistence: leaseTtl must be a finite duration of at least 3 ms`)
     }
     const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
+    const limits = recordSize.limitsOf("SqlSessionPersistence", options)
+    if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
+    const { maxEventBytes, maxSessionBytes } = limits.right
     const leases: lease.LeaseContext = {
       sql,
       ttlMillis,
@@ -138,10 +152,34 @@ const make = (options: Options | undefined) =>
     // One transaction (one sync) for the batches of every session waiting at that moment (SES-02).
     const commits = yield* committer.make({ sql, ttlMillis })
 
+    // UTF-8 bytes of a text column, as the file store counts its lines (DUR-05); `CAST … AS BLOB`
+    // rather than `octet_length`, which SQLite has only since 3.43.
+    const octets = sql.literal(dialect === "pg" ? "octet_length" : "length")
+    const asBytes = (column: string) => sql.literal(dialect === "pg" ? column : `CAST(${column} AS BLOB)`)
+
+    /**
+     * A stored session's size as the file store counts it: its header line and its event lines,
+     * summed by the database over the rows (no record crosses the wire again).
+     */
+    const storedBytes = (id: SessionId) =>
+      sql<{ readonly header_bytes: number | string | null; readonly event_bytes: number | string | null }>`SELECT
+          (SELECT ${octets}(${asBytes("header")}) + 1 FROM effect_agent_sessions
+            WHERE session_id = ${id}) AS header_bytes,
+          (SELECT COALESCE(SUM(${octets}(${asBytes("record")}) + 1), 0) FROM effect_agent_events
+            WHERE session_id = ${id}) AS event_bytes`.pipe(
+        Effect.map((rows) => Number(rows[0]?.header_bytes ?? 0) + Number(rows[0]?.event_bytes ?? 0)),
+        Effect.catchTag("SqlError", (error) =>
+          Effect.fail(persistenceError(`measuring session ${JSON.stringify(id)}`)(error)))
+      )
+
     /** The writer of one session; appends are serialized (the session's writer fiber batches them, SES-02). */
-    const makeWriter = Effect.fnUntraced(function*(held: lease.Lease, nextSeq: number, isCreateMode: boolean) {
+    const makeWriter = Effect.fnUntraced(function*(
+      held: lease.Lease,
+      start: { readonly nextSeq: number; readonly bytes: number },
+      isCreateMode: boolean
+    ) {
       const id = held.id
-      const state: WriterState = { nextSeq, isClosed: false, isLost: false }
+      const state: WriterState = { nextSeq: start.nextSeq, bytes: start.bytes, isClosed: false, isLost: false }
       // one batch of this writer at a time (the committer takes one per writer)
       const permit = lock.make()
 
@@ -155,6 +193,29 @@ const make = (options: Options | undefined) =>
       // then release the lease (registered by the caller earlier).
       yield* Effect.addFinalizer(() => permit.withLock(Effect.sync(() => (state.isClosed = true))))
 
+      /**
+       * The batch's rows, encoded and measured here, in the appending fiber and before the shared
+       * transaction (DUR-04, DUR-05): a batch that cannot be stored fails alone and writes nothing.
+       * A batch that is also misplaced fails `SessionConflict`, as on the other layers (DUR-09).
+       */
+      const rowsOf = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Either.Either<EncodedBatch, WriteError> => {
+        const refuse = (error: WriteError) =>
+          Either.left(events[0].seq !== state.nextSeq ? conflict(id, events[0].seq, state.nextSeq) : error)
+        const records = recordSize.encodeRecords(events, maxEventBytes)
+        if (Either.isLeft(records)) return refuse(records.left)
+        const bytes = recordSize.recordsBytes(records.right)
+        const full = recordSize.overLimit(id, state.bytes, bytes, maxSessionBytes)
+        if (full !== undefined) return refuse(full)
+        const rows = Arr.map(events, (event, i): committer.EventRow => ({
+          session_id: id,
+          seq: event.seq,
+          event_time: event.time,
+          event_type: event.type,
+          record: records.right[i]!
+        }))
+        return Either.right({ rows, bytes })
+      }
+
       const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
         permit.withLock(Effect.suspend(() => {
           if (state.isClosed || state.isLost) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
@@ -162,10 +223,13 @@ const make = (options: Options | undefined) =>
             const seq = events[i]!.seq
             if (seq !== events[0].seq + i) return Effect.fail(conflict(id, seq, events[0].seq + i))
           }
-          return commits.submit(held, events).pipe(
+          const batch = rowsOf(events)
+          if (Either.isLeft(batch)) return Effect.fail(batch.left)
+          return commits.submit(held, batch.right.rows).pipe(
             Effect.flatMap((length) =>
               Effect.sync(() => {
                 state.nextSeq = length
+                state.bytes += batch.right.bytes
               })
             )
           )
@@ -223,7 +287,7 @@ const make = (options: Options | undefined) =>
             Effect.fail(persistenceError(`creating session ${JSON.stringify(id)}`)(error)))
         )
         if (inserted.length === 0) return yield* new SessionError.SessionAlreadyExists({ id })
-        return yield* makeWriter(held, 0, true)
+        return yield* makeWriter(held, { nextSeq: 0, bytes: recordSize.lineBytes(record) }, true)
       }))
     })
 
@@ -234,7 +298,8 @@ const make = (options: Options | undefined) =>
       return yield* inWriterScope(Effect.gen(function*() {
         const held = yield* takeLease(id)
         const stored = yield* readLog(id)
-        const writer = yield* makeWriter(held, stored.events.length, false)
+        const bytes = yield* storedBytes(id)
+        const writer = yield* makeWriter(held, { nextSeq: stored.events.length, bytes }, false)
         return { writer, stored }
       }))
     })
