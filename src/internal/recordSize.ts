@@ -105,6 +105,20 @@ const notEncodable = (event: unknown, thrown: unknown, maxEventBytes: number): S
 }
 
 /**
+ * Why the fields SQL stores in columns of their own (`event_type`, `event_time`) could not be
+ * stored there, if they could not: Postgres refuses NUL in text and a fraction in a `BIGINT`,
+ * where a file would take them (DUR-09: refused alike everywhere). The session's codec refuses
+ * these before a writer sees them; this guards the writer when it is called directly.
+ */
+const columnProblem = (event: SessionEvent): string | undefined => {
+  const { time, type } = event as { readonly time: unknown; readonly type: unknown }
+  if (typeof type !== "string") return "its type is not a string"
+  if (type.includes("\u0000")) return "its type contains NUL (\\u0000), which Postgres cannot store"
+  if (!Number.isSafeInteger(time) || (time as number) < 0) return "its time is not a non-negative integer"
+  return undefined
+}
+
+/**
  * The JSON text of one event's record, or why it cannot be stored. UTF-8 takes at most 3 bytes
  * per UTF-16 unit, so only a record within a factor of 3 of the limit is measured exactly.
  *
@@ -115,12 +129,15 @@ export const encodeEvent = (
   maxEventBytes: number
 ): string | SessionError.InvalidEventData => {
   let json: unknown
+  let problem: string | undefined
   try {
     json = JSON.stringify(event)
+    problem = columnProblem(event)
   } catch (thrown) {
     return notEncodable(event, thrown, maxEventBytes)
   }
   if (typeof json !== "string") return invalid(event, "it is not a JSON value")
+  if (problem !== undefined) return invalid(event, problem)
   if (json.length * 3 + 1 > maxEventBytes) {
     const bytes = lineBytes(json)
     if (bytes > maxEventBytes) {
