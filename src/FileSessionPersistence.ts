@@ -514,6 +514,11 @@ const make = (options: Options) =>
  *   `tornTailDropped`); any other bad record fails `SessionCorrupt` and changes nothing.
  * - PERS-04: with `durability: "fsync"` (default) an append resolves once synced; appends queued
  *   while a write is in flight share the next write and sync.
+ * - DUR-04/DUR-05: sessions share nothing (a file, a handle and a writer each). An append is
+ *   encoded by its own caller and admitted on its own, also when it joins a write in flight: one
+ *   that cannot be encoded or has an event over `maxEventBytes` fails `InvalidEventData`, one that
+ *   would take the file over `maxSessionBytes` fails `SessionFull` (see {@link SizeLimits}); the
+ *   appends written with it are unaffected, and nothing of it is written.
  *
  * @example
  * ```ts

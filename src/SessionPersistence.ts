@@ -23,6 +23,11 @@ export interface SessionWriter {
    * Stores a batch. The batch must start at {@link nextSeq} (fencing, PERS-02): otherwise it fails
    * `SessionConflict` and writes nothing. Resolves once the batch is stored according to the
    * layer's durability (PERS-04). A failed write stores nothing.
+   *
+   * Every layer encodes and measures the batch alike (DUR-05, DUR-09, {@link SizeLimits}): an
+   * event that cannot be encoded as JSON or is over `maxEventBytes` fails `InvalidEventData`, a
+   * batch that would take the session over `maxSessionBytes` fails `SessionFull`; either way
+   * nothing is written and smaller appends still go in.
    */
   readonly append: (
     events: Arr.NonEmptyReadonlyArray<SessionEvent>

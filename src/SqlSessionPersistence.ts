@@ -396,6 +396,11 @@ const make = (options: Options | undefined) =>
  *   flight share the next transaction (group commit across sessions, one sync for all); a batch
  *   that fails its checks (`SessionConflict`) or a statement on its own rows (`PersistenceError`)
  *   fails alone, the others commit.
+ * - DUR-04/DUR-05: each writer encodes and measures its batch before it hands it to the shared
+ *   transaction, so a value that cannot be encoded or an event over `maxEventBytes` fails its own
+ *   append with `InvalidEventData`, a batch that would take its session over `maxSessionBytes`
+ *   fails `SessionFull` (see {@link SizeLimits}); nothing is written and no other session notices.
+ *   `openWrite` counts what is stored with one aggregate query (the database sums the rows).
  * - The layer is scoped: its committer fiber lives in the layer's Scope. Closing it commits every
  *   batch accepted before the close (none is dropped) and fails later appends with
  *   `PersistenceError`.

@@ -34,7 +34,9 @@ const lockOf = (directory: string, id: SessionId) => `${directory}/${id}.lock`
 conformance(
   "FileSessionPersistence.layer conformance (PERS-06)",
   (limits) =>
-    Layer.unwrapEffect(Effect.map(Directory, (directory) => FileSessionPersistence.layer({ directory, ...limits }))).pipe(
+    Layer.unwrapEffect(
+      Effect.map(Directory, (directory) => FileSessionPersistence.layer({ directory, ...limits }))
+    ).pipe(
       Layer.provideMerge(temporaryDirectory),
       Layer.provideMerge(NodeContext.layer)
     ),
@@ -526,7 +528,14 @@ describe("FileSessionPersistence", () => {
             Effect.map(Fiber.await(fiber), (exit) =>
               Exit.isSuccess(exit) ? "ok" : Option.getOrElse(Option.map(Cause.failureOption(exit.cause), (e) =>
                 (e as { readonly _tag: string })._tag), () => "defect")))
-          assert.deepStrictEqual(outcomes, ["ok", "InvalidEventData", "InvalidEventData", "ok", "SessionFull", "InvalidEventData"])
+          assert.deepStrictEqual(outcomes, [
+            "ok",
+            "InvalidEventData",
+            "InvalidEventData",
+            "ok",
+            "SessionFull",
+            "InvalidEventData"
+          ])
           // one write for the first append, one for everything that joined it
           assert.strictEqual(plan.writes, 2)
           assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 3))
@@ -549,9 +558,11 @@ describe("FileSessionPersistence", () => {
           const batchOf = (i: number) =>
             i % 2 === 1 ? [...notes(0, 1), ...(i === 11 ? [sized(1, 1_025)] : bad[(i - 1) / 2]!)] as const : notes(0, 2)
           const before = yield* Effect.forEach(sessions, ({ id }) => readBytes(fileOf(directory, id)))
-          const outcomes = yield* Effect.forEach(sessions, ({ writer }, i) => Effect.either(writer.append(batchOf(i))), {
-            concurrency: "unbounded"
-          })
+          const outcomes = yield* Effect.forEach(
+            sessions,
+            ({ writer }, i) => Effect.either(writer.append(batchOf(i))),
+            { concurrency: "unbounded" }
+          )
           for (const [i, { id }] of sessions.entries()) {
             const outcome = outcomes[i]!
             if (i % 2 === 1) {

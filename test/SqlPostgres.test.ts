@@ -92,7 +92,10 @@ if (url === undefined) {
     "SqlSessionPersistence.layer on Postgres conformance (PERS-06)",
     (limits) =>
       Layer.unwrapScoped(
-        Effect.map(freshDatabase(base), (client) => SqlSessionPersistence.layer(limits).pipe(Layer.provideMerge(client())))
+        Effect.map(
+          freshDatabase(base),
+          (client) => SqlSessionPersistence.layer(limits).pipe(Layer.provideMerge(client()))
+        )
       ),
     { propertyRuns: 15 }
   )
