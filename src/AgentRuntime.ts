@@ -51,12 +51,18 @@ export const layer: Layer.Layer<Services, FactoryAlreadySet, Model> = AgentLoop.
  * @since 0.1.0
  * @category layers
  */
-export const layerMemory = (options: {
-  readonly storage: SessionPersistence.MemoryStorage
-  readonly instanceId?: string | undefined
-}): Layer.Layer<Services | SessionPersistence.SessionPersistence, FactoryAlreadySet, Model> =>
+export const layerMemory = (
+  options: {
+    readonly storage: SessionPersistence.MemoryStorage
+    readonly instanceId?: string | undefined
+  } & SessionPersistence.SizeLimits
+): Layer.Layer<Services | SessionPersistence.SessionPersistence, FactoryAlreadySet, Model> =>
   layer.pipe(
-    Layer.provideMerge(SessionPersistence.layerMemory(options.storage, { instanceId: options.instanceId }))
+    Layer.provideMerge(SessionPersistence.layerMemory(options.storage, {
+      instanceId: options.instanceId,
+      maxEventBytes: options.maxEventBytes,
+      maxSessionBytes: options.maxSessionBytes
+    }))
   )
 
 /**

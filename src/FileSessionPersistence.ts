@@ -14,15 +14,16 @@ import * as os from "node:os"
 import * as fileLock from "./internal/fileLock.js"
 import * as finalizer from "./internal/finalizer.js"
 import * as jsonl from "./internal/jsonl.js"
-import { encode, eventLines, headerLine } from "./internal/jsonl.js"
+import { encode, headerLine } from "./internal/jsonl.js"
 import type { ListEntry } from "./internal/listing.js"
 import { unreadable } from "./internal/listing.js"
+import * as recordSize from "./internal/recordSize.js"
 import { storedHeader } from "./internal/eventCodec.js"
 import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
-import type { SessionWriter, StoredSession } from "./SessionPersistence.js"
+import type { SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
 
@@ -39,7 +40,7 @@ export type Durability = "fsync" | "buffered"
  * @since 0.1.0
  * @category models
  */
-export interface Options {
+export interface Options extends SizeLimits {
   /** Where the session files live; created if missing. */
   readonly directory: string
   /** Default `"fsync"`. */
@@ -107,16 +108,31 @@ export const isProcessAlive = (pid: number): boolean => {
  */
 export const processStartTime = (pid: number): string | undefined => fileLock.procStartTime(pid)
 
-type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
+type WriteError =
+  | SessionError.SessionConflict
+  | SessionError.InvalidEventData
+  | SessionError.SessionFull
+  | SessionError.PersistenceError
 
 /** An append made while a write was in flight: it goes out with the next write. */
 interface PendingAppend {
   readonly events: Arr.NonEmptyReadonlyArray<SessionEvent>
+  /** Encoded by its own caller as it joined: one that cannot be encoded fails alone (DUR-04). */
+  readonly records: Either.Either<ReadonlyArray<string>, SessionError.InvalidEventData>
   readonly done: Deferred.Deferred<void, WriteError>
 }
 
+/** A batch that may be written: its records and their lines' size. */
+interface Admitted {
+  readonly records: ReadonlyArray<string>
+  readonly bytes: number
+}
+
 interface WriterState {
-  /** Byte length of the acknowledged records: where the next batch is written. */
+  /**
+   * Byte length of the acknowledged records: where the next batch is written, and the session's
+   * size that `maxSessionBytes` bounds (DUR-05).
+   */
   offset: number
   nextSeq: number
   /** Set when a failed write could not be undone: every later append fails with it (SES-02b). */
@@ -151,6 +167,9 @@ const make = (options: Options) =>
     const durability: Durability = options.durability ?? "fsync"
     const startTimeOf = options.processStartTime ?? processStartTime
     const startTime = startTimeOf(process.pid)
+    const limits = recordSize.limitsOf("FileSessionPersistence", options)
+    if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
+    const { maxEventBytes, maxSessionBytes } = limits.right
     const lockContext: fileLock.LockContext = {
       fs,
       path,
@@ -281,6 +300,24 @@ const make = (options: Options) =>
       const refusal = (events: Arr.NonEmptyReadonlyArray<SessionEvent>, nextSeq: number): WriteError | undefined =>
         state.failed ?? (state.isClosed ? conflict(id, events[0].seq, state.nextSeq) : fence(id, events, nextSeq))
 
+      /**
+       * Whether a batch, placed at `nextSeq` in a file of `size` bytes, may be written: PERS-02, then
+       * DUR-05 (an event that could not be encoded or is too big, then the session's limit).
+       */
+      const admit = (
+        events: Arr.NonEmptyReadonlyArray<SessionEvent>,
+        records: Either.Either<ReadonlyArray<string>, SessionError.InvalidEventData>,
+        nextSeq: number,
+        size: number
+      ): Either.Either<Admitted, WriteError> => {
+        const refused = refusal(events, nextSeq)
+        if (refused !== undefined) return Either.left(refused)
+        if (Either.isLeft(records)) return Either.left(records.left)
+        const bytes = recordSize.recordsBytes(records.right)
+        const full = recordSize.overLimit(id, size, bytes, maxSessionBytes)
+        return full !== undefined ? Either.left(full) : Either.right({ records: records.right, bytes })
+      }
+
       /** SES-02b: undo the partial write so the file ends at the last acknowledged record. */
       const undo = (cause: PlatformError): Effect.Effect<never, SessionError.PersistenceError> =>
         file.truncate(state.offset).pipe(
@@ -297,9 +334,9 @@ const make = (options: Options) =>
           Effect.zipRight(Effect.fail(fileLock.persistenceError(`appending to ${pathOfData}`)(cause)))
         )
 
-      /** Appends `text` after the acknowledged records; acknowledged up to `nextSeq` once stored. */
-      const commit = (text: string, nextSeq: number): Effect.Effect<void, SessionError.PersistenceError> => {
-        const bytes = encode(text)
+      /** Appends the batch after the acknowledged records; acknowledged up to `nextSeq` once stored. */
+      const commit = (batch: Admitted, nextSeq: number): Effect.Effect<void, SessionError.PersistenceError> => {
+        const bytes = recordSize.linesOf(batch.records, batch.bytes)
         const written = durability === "fsync" ? Effect.zipRight(file.writeAll(bytes), file.sync) : file.writeAll(bytes)
         return Effect.matchEffect(written, {
           onFailure: undo,
@@ -315,20 +352,23 @@ const make = (options: Options) =>
       const commitPending = (batch: ReadonlyArray<PendingAppend>) =>
         Effect.gen(function*() {
           let nextSeq = state.nextSeq
-          let text = ""
+          const records: Array<string> = []
+          let bytes = 0
           const accepted: Array<PendingAppend> = []
           for (const request of batch) {
-            const refused = refusal(request.events, nextSeq)
-            if (refused !== undefined) {
-              yield* Deferred.fail(request.done, refused)
+            // each against what the appends before it in this write leave (PERS-02, DUR-05)
+            const admitted = admit(request.events, request.records, nextSeq, state.offset + bytes)
+            if (Either.isLeft(admitted)) {
+              yield* Deferred.fail(request.done, admitted.left)
               continue
             }
-            text += eventLines(request.events)
+            for (const record of admitted.right.records) records.push(record)
+            bytes += admitted.right.bytes
             accepted.push(request)
             nextSeq += request.events.length
           }
           if (accepted.length === 0) return
-          const written = yield* Effect.exit(commit(text, nextSeq))
+          const written = yield* Effect.exit(commit({ records, bytes }, nextSeq))
           for (const request of accepted) yield* Deferred.done(request.done, written)
         }).pipe(
           // A defect here is a bug; its callers see it rather than wait forever.
@@ -363,16 +403,18 @@ const make = (options: Options) =>
 
       /**
        * Runs with `isWriting` set, uninterruptibly: a write is either acknowledged or undone. The
-       * drain is installed around everything after the flag, encoding included: a defect there (a
-       * value JSON cannot encode, given to the writer directly) fails this append, not every later one.
+       * drain is installed around everything after the flag, encoding included: a value that cannot
+       * be encoded fails this append (`InvalidEventData`, DUR-04), and even a defect there fails
+       * only this append, not every later one.
        */
       const write = (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
         Effect.ensuring(
           Effect.suspend((): Effect.Effect<void, WriteError> => {
-            const refused = refusal(events, state.nextSeq)
-            return refused === undefined
-              ? commit(eventLines(events), state.nextSeq + events.length)
-              : Effect.fail(refused)
+            const records = recordSize.encodeRecords(events, maxEventBytes)
+            const admitted = admit(events, records, state.nextSeq, state.offset)
+            return Either.isRight(admitted)
+              ? commit(admitted.right, state.nextSeq + events.length)
+              : Effect.fail(admitted.left)
           }),
           drain
         )
@@ -395,7 +437,7 @@ const make = (options: Options) =>
           if (state.isWriting) {
             // Checked and joined in one synchronous step: the write in flight drains it.
             const done = Deferred.unsafeMake<void, WriteError>(fiber.id())
-            pending.push({ events, done })
+            pending.push({ events, records: recordSize.encodeRecords(events, maxEventBytes), done })
             return Deferred.await(done)
           }
           state.isWriting = true
@@ -601,6 +643,11 @@ const make = (options: Options) =>
  * - DUR-08: `list` reports a file it cannot read as an `UnreadableSession` and lists the others.
  * - PERS-04: with `durability: "fsync"` (default) an append resolves once synced; appends queued
  *   while a write is in flight share the next write and sync.
+ * - DUR-04/DUR-05: sessions share nothing (a file, a handle and a writer each). An append is
+ *   encoded by its own caller and admitted on its own, also when it joins a write in flight: one
+ *   that cannot be encoded or has an event over `maxEventBytes` fails `InvalidEventData`, one that
+ *   would take the file over `maxSessionBytes` fails `SessionFull` (see {@link SizeLimits}); the
+ *   appends written with it are unaffected, and nothing of it is written.
  *
  * @example
  * ```ts

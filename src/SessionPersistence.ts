@@ -5,7 +5,8 @@
  * @since 0.1.0
  */
 import type { Array as Arr, Stream } from "effect"
-import { Context, Effect, Layer, Scope, Stream as S } from "effect"
+import { Context, Effect, Either, Layer, Scope, Stream as S } from "effect"
+import * as recordSize from "./internal/recordSize.js"
 import type { SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
@@ -22,6 +23,11 @@ export interface SessionWriter {
    * Stores a batch. The batch must start at {@link nextSeq} (fencing, PERS-02): otherwise it fails
    * `SessionConflict` and writes nothing. Resolves once the batch is stored according to the
    * layer's durability (PERS-04). A failed write stores nothing.
+   *
+   * Every layer encodes and measures the batch alike (DUR-05, DUR-09, {@link SizeLimits}): an
+   * event that cannot be encoded as JSON or is over `maxEventBytes` fails `InvalidEventData`, a
+   * batch that would take the session over `maxSessionBytes` fails `SessionFull`; either way
+   * nothing is written and smaller appends still go in.
    */
   readonly append: (
     events: Arr.NonEmptyReadonlyArray<SessionEvent>
@@ -40,6 +46,45 @@ export interface SessionWriter {
    */
   readonly discard: Effect.Effect<void, SessionError.PersistenceError>
 }
+
+/**
+ * The size limits every persistence layer enforces at append (DUR-05), with the same defaults and
+ * the same errors on all of them (DUR-09). Sizes are UTF-8 bytes of the records as the file store
+ * writes them: an event counts its JSON record and a newline; a session counts its header line and
+ * all its event lines, those stored before `openWrite` included. A refused batch writes nothing,
+ * and the session stays readable and writable for appends that fit.
+ *
+ * @since 0.2.0
+ * @category limits
+ */
+export interface SizeLimits {
+  /**
+   * The largest event record (default {@link defaultMaxEventBytes}, 16 MiB). A batch with a larger
+   * event fails `InvalidEventData`.
+   */
+  readonly maxEventBytes?: number | undefined
+  /**
+   * The largest session (default {@link defaultMaxSessionBytes}, 512 MiB: a live session is held
+   * in memory). A batch that would take the session over it fails `SessionFull`.
+   */
+  readonly maxSessionBytes?: number | undefined
+}
+
+/**
+ * The default of {@link SizeLimits.maxEventBytes}: 16 MiB.
+ *
+ * @since 0.2.0
+ * @category limits
+ */
+export const defaultMaxEventBytes: number = recordSize.defaultMaxEventBytes
+
+/**
+ * The default of {@link SizeLimits.maxSessionBytes}: 512 MiB.
+ *
+ * @since 0.2.0
+ * @category limits
+ */
+export const defaultMaxSessionBytes: number = recordSize.defaultMaxSessionBytes
 
 /**
  * A stored session as read.
@@ -169,6 +214,8 @@ interface MemoryLock {
 interface MemoryEntry {
   readonly header: SessionHeader
   readonly events: Array<SessionEvent>
+  /** The session's size as the file store would count it (DUR-05): header and event lines. */
+  bytes: number
   updatedAt: number
   lock: MemoryLock | undefined
 }
@@ -211,10 +258,16 @@ export const makeMemoryStorage: Effect.Effect<MemoryStorage> = Effect.sync(() =>
     truncate: (id, length) =>
       Effect.sync(() => {
         const entry = sessions.get(id)
-        if (entry !== undefined) entry.events.length = Math.min(entry.events.length, length)
+        if (entry === undefined) return
+        entry.events.length = Math.min(entry.events.length, length)
+        entry.bytes = sizeOf(entry.header, entry.events)
       })
   }
 })
+
+/** A stored session's size, recomputed (only `truncate` needs it: appends keep it up to date). */
+const sizeOf = (header: SessionHeader, events: ReadonlyArray<SessionEvent>): number =>
+  recordSize.headerBytes(header) + recordSize.recordsBytes(events.map((event) => JSON.stringify(event)))
 
 let nextToken = 0
 
@@ -223,17 +276,21 @@ const lockedError = (id: string, lock: { readonly instanceId: string }) =>
 
 /**
  * Persistence in memory over `storage`, as process `instanceId` (default: a random id).
- * Acknowledged means stored (PERS-04).
+ * Acknowledged means stored (PERS-04). Appends are encoded and measured as the other layers do
+ * (DUR-05, DUR-09): a value the file store could not write, or a batch over the limits, is refused
+ * here too, with the same error.
  *
  * @since 0.1.0
  * @category memory
  */
 export const layerMemory = (
   storage: MemoryStorage,
-  options?: { readonly instanceId?: string | undefined }
+  options?: { readonly instanceId?: string | undefined } & SizeLimits
 ): Layer.Layer<SessionPersistence> =>
   Layer.sync(SessionPersistence, () => {
     const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
+    const limits = Either.getOrThrowWith(recordSize.limitsOf("SessionPersistence.layerMemory", options), (reason) =>
+      new Error(reason))
     const sessions = storage.sessions
 
     /**
@@ -267,18 +324,29 @@ export const layerMemory = (
       return {
         nextSeq: Effect.sync(() => entry.events.length),
         append: (events) =>
-          Effect.suspend(() => {
+          Effect.suspend((): ReturnType<SessionWriter["append"]> => {
             if (!holds()) {
               return Effect.fail(
                 new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
               )
             }
-            if (events[0].seq !== entry.events.length) {
-              return Effect.fail(
-                new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
-              )
+            // PERS-02: contiguous from the stored length, as on the other layers
+            for (let i = 0; i < events.length; i++) {
+              const seq = events[i]!.seq
+              if (seq !== entry.events.length + i) {
+                return Effect.fail(
+                  new SessionError.SessionConflict({ id, expectedSeq: seq, actualSeq: entry.events.length + i })
+                )
+              }
             }
+            // DUR-05/DUR-09: encoded and measured as the file store would write it, nothing stored if refused
+            const records = recordSize.encodeRecords(events, limits.maxEventBytes)
+            if (Either.isLeft(records)) return Effect.fail(records.left)
+            const added = recordSize.recordsBytes(records.right)
+            const full = recordSize.overLimit(id, entry.bytes, added, limits.maxSessionBytes)
+            if (full !== undefined) return Effect.fail(full)
             for (const event of events) entry.events.push(event)
+            entry.bytes += added
             entry.updatedAt = Date.now()
             return Effect.void
           }),
@@ -309,7 +377,13 @@ export const layerMemory = (
                 : new SessionError.SessionAlreadyExists({ id: header.id })
             )
           }
-          const entry: MemoryEntry = { header, events: [], updatedAt: Date.now(), lock: undefined }
+          const entry: MemoryEntry = {
+            header,
+            events: [],
+            bytes: recordSize.headerBytes(header),
+            updatedAt: Date.now(),
+            lock: undefined
+          }
           sessions.set(header.id, entry)
           return acquire(header.id, entry, true)
         }),

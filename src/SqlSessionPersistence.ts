@@ -9,11 +9,11 @@
  * @since 0.1.0
  */
 import { SqlClient } from "@effect/sql/SqlClient"
-import type { Array as Arr } from "effect"
-import { Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
+import { Array as Arr, Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
 import * as committer from "./internal/sqlCommitter.js"
 import * as lock from "./internal/lock.js"
+import * as recordSize from "./internal/recordSize.js"
 import * as lease from "./internal/sqlLease.js"
 import { namedSession } from "./internal/jsonl.js"
 import type { ListEntry } from "./internal/listing.js"
@@ -25,7 +25,7 @@ import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
-import type { SessionWriter, StoredSession } from "./SessionPersistence.js"
+import type { SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
 
@@ -50,7 +50,7 @@ export type Durability = "fsync" | "buffered"
  * @since 0.1.0
  * @category models
  */
-export interface Options {
+export interface Options extends SizeLimits {
   /** Default `"fsync"`; see {@link Durability}. */
   readonly durability?: Durability | undefined
   /**
@@ -64,10 +64,21 @@ export interface Options {
   readonly instanceId?: string | undefined
 }
 
-type WriteError = committer.WriteError
+type WriteError = committer.WriteError | SessionError.InvalidEventData | SessionError.SessionFull
+
+/** A batch ready for the committer: its rows and the size of their lines. */
+interface EncodedBatch {
+  readonly rows: Arr.NonEmptyReadonlyArray<committer.EventRow>
+  readonly bytes: number
+}
 
 interface WriterState {
   nextSeq: number
+  /**
+   * The session's size as the file store counts it (header and event lines, DUR-05): what was
+   * stored when the writer opened plus what it committed since.
+   */
+  bytes: number
   /** Released or discarded: appends are refused. */
   isClosed: boolean
   /** The renewal found the lease taken over: appends are refused without a round trip. */
@@ -102,6 +113,9 @@ const make = (options: Options | undefined) =>
       return yield* Effect.dieMessage(`SqlSessionPersistence: leaseTtl must be a finite duration of at least 3 ms`)
     }
     const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
+    const limits = recordSize.limitsOf("SqlSessionPersistence", options)
+    if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
+    const { maxEventBytes, maxSessionBytes } = limits.right
     const leases: lease.LeaseContext = {
       sql,
       ttlMillis,
@@ -154,10 +168,34 @@ const make = (options: Options | undefined) =>
     // One transaction (one sync) for the batches of every session waiting at that moment (SES-02).
     const commits = yield* committer.make({ sql, ttlMillis })
 
+    // UTF-8 bytes of a text column, as the file store counts its lines (DUR-05); `CAST … AS BLOB`
+    // rather than `octet_length`, which SQLite has only since 3.43.
+    const octets = sql.literal(dialect === "pg" ? "octet_length" : "length")
+    const asBytes = (column: string) => sql.literal(dialect === "pg" ? column : `CAST(${column} AS BLOB)`)
+
+    /**
+     * A stored session's size as the file store counts it: its header line and its event lines,
+     * summed by the database over the rows (no record crosses the wire again).
+     */
+    const storedBytes = (id: SessionId) =>
+      sql<{ readonly header_bytes: number | string | null; readonly event_bytes: number | string | null }>`SELECT
+          (SELECT ${octets}(${asBytes("header")}) + 1 FROM effect_agent_sessions
+            WHERE session_id = ${id}) AS header_bytes,
+          (SELECT COALESCE(SUM(${octets}(${asBytes("record")}) + 1), 0) FROM effect_agent_events
+            WHERE session_id = ${id}) AS event_bytes`.pipe(
+        Effect.map((rows) => Number(rows[0]?.header_bytes ?? 0) + Number(rows[0]?.event_bytes ?? 0)),
+        Effect.catchTag("SqlError", (error) =>
+          Effect.fail(persistenceError(`measuring session ${JSON.stringify(id)}`)(error)))
+      )
+
     /** The writer of one session; appends are serialized (the session's writer fiber batches them, SES-02). */
-    const makeWriter = Effect.fnUntraced(function*(held: lease.Lease, nextSeq: number, isCreateMode: boolean) {
+    const makeWriter = Effect.fnUntraced(function*(
+      held: lease.Lease,
+      start: { readonly nextSeq: number; readonly bytes: number },
+      isCreateMode: boolean
+    ) {
       const id = held.id
-      const state: WriterState = { nextSeq, isClosed: false, isLost: false }
+      const state: WriterState = { nextSeq: start.nextSeq, bytes: start.bytes, isClosed: false, isLost: false }
       // one batch of this writer at a time (the committer takes one per writer)
       const permit = lock.make()
 
@@ -171,6 +209,29 @@ const make = (options: Options | undefined) =>
       // then release the lease (registered by the caller earlier).
       yield* Effect.addFinalizer(() => permit.withLock(Effect.sync(() => (state.isClosed = true))))
 
+      /**
+       * The batch's rows, encoded and measured here, in the appending fiber and before the shared
+       * transaction (DUR-04, DUR-05): a batch that cannot be stored fails alone and writes nothing.
+       * A batch that is also misplaced fails `SessionConflict`, as on the other layers (DUR-09).
+       */
+      const rowsOf = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Either.Either<EncodedBatch, WriteError> => {
+        const refuse = (error: WriteError) =>
+          Either.left(events[0].seq !== state.nextSeq ? conflict(id, events[0].seq, state.nextSeq) : error)
+        const records = recordSize.encodeRecords(events, maxEventBytes)
+        if (Either.isLeft(records)) return refuse(records.left)
+        const bytes = recordSize.recordsBytes(records.right)
+        const full = recordSize.overLimit(id, state.bytes, bytes, maxSessionBytes)
+        if (full !== undefined) return refuse(full)
+        const rows = Arr.map(events, (event, i): committer.EventRow => ({
+          session_id: id,
+          seq: event.seq,
+          event_time: event.time,
+          event_type: event.type,
+          record: records.right[i]!
+        }))
+        return Either.right({ rows, bytes })
+      }
+
       const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
         permit.withLock(Effect.suspend(() => {
           if (state.isClosed || state.isLost) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
@@ -178,10 +239,13 @@ const make = (options: Options | undefined) =>
             const seq = events[i]!.seq
             if (seq !== events[0].seq + i) return Effect.fail(conflict(id, seq, events[0].seq + i))
           }
-          return commits.submit(held, events).pipe(
+          const batch = rowsOf(events)
+          if (Either.isLeft(batch)) return Effect.fail(batch.left)
+          return commits.submit(held, batch.right.rows).pipe(
             Effect.flatMap((length) =>
               Effect.sync(() => {
                 state.nextSeq = length
+                state.bytes += batch.right.bytes
               })
             )
           )
@@ -239,7 +303,7 @@ const make = (options: Options | undefined) =>
             Effect.fail(persistenceError(`creating session ${JSON.stringify(id)}`)(error)))
         )
         if (inserted.length === 0) return yield* new SessionError.SessionAlreadyExists({ id })
-        return yield* makeWriter(held, 0, true)
+        return yield* makeWriter(held, { nextSeq: 0, bytes: recordSize.lineBytes(record) }, true)
       }))
     })
 
@@ -250,7 +314,8 @@ const make = (options: Options | undefined) =>
       return yield* inWriterScope(Effect.gen(function*() {
         const held = yield* takeLease(id)
         const stored = yield* readLog(id)
-        const writer = yield* makeWriter(held, stored.events.length, false)
+        const bytes = yield* storedBytes(id)
+        const writer = yield* makeWriter(held, { nextSeq: stored.events.length, bytes }, false)
         return { writer, stored }
       }))
     })
@@ -350,6 +415,11 @@ const make = (options: Options | undefined) =>
  *   flight share the next transaction (group commit across sessions, one sync for all); a batch
  *   that fails its checks (`SessionConflict`) or a statement on its own rows (`PersistenceError`)
  *   fails alone, the others commit.
+ * - DUR-04/DUR-05: each writer encodes and measures its batch before it hands it to the shared
+ *   transaction, so a value that cannot be encoded or an event over `maxEventBytes` fails its own
+ *   append with `InvalidEventData`, a batch that would take its session over `maxSessionBytes`
+ *   fails `SessionFull` (see {@link SizeLimits}); nothing is written and no other session notices.
+ *   `openWrite` counts what is stored with one aggregate query (the database sums the rows).
  * - The layer is scoped: its committer fiber lives in the layer's Scope. Closing it commits every
  *   batch accepted before the close (none is dropped) and fails later appends with
  *   `PersistenceError`.

@@ -1,15 +1,26 @@
 import { Command, FileSystem } from "@effect/platform"
 import { NodeContext, NodeFileSystem } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Either, Exit, FastCheck, Fiber, Layer, Option, Scope, Stream } from "effect"
+import { Cause, Chunk, Context, Deferred, Effect, Either, Exit, FastCheck, Fiber, Layer, Option, Scope, Stream } from "effect"
 import * as os from "node:os"
 import { fileURLToPath } from "node:url"
 import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
 import type { SessionId } from "../src/Message.js"
+import * as SessionError from "../src/SessionError.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
 import { caseInsensitiveFiles } from "./fixtures/caseInsensitiveFiles.js"
-import { conformance, header, notes, sid, unreadableOf } from "./fixtures/persistenceConformance.js"
+import {
+  conformance,
+  header,
+  hostile,
+  lineSize,
+  notes,
+  sid,
+  sized,
+  unencodable,
+  unreadableOf
+} from "./fixtures/persistenceConformance.js"
 import { inDirectory, newFilePlan, newGate, withFilePlan } from "./fixtures/instrumentedFiles.js"
 import { withLogs } from "./fixtures/logs.js"
 import { VERSION } from "../src/SessionEvent.js"
@@ -26,8 +37,10 @@ const lockOf = (directory: string, id: SessionId) => `${directory}/${id}.lock`
 
 conformance(
   "FileSessionPersistence.layer conformance (PERS-06)",
-  () =>
-    Layer.unwrapEffect(Effect.map(Directory, (directory) => FileSessionPersistence.layer({ directory }))).pipe(
+  (limits) =>
+    Layer.unwrapEffect(
+      Effect.map(Directory, (directory) => FileSessionPersistence.layer({ directory, ...limits }))
+    ).pipe(
       Layer.provideMerge(temporaryDirectory),
       Layer.provideMerge(NodeContext.layer)
     ),
@@ -502,6 +515,86 @@ describe("FileSessionPersistence", () => {
           assert.deepStrictEqual(stored.events, notes(0, 2))
           yield* writer.append(notes(2, 1))
           assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 3))
+        }).pipe(Effect.scoped)))
+
+    it.effect("DUR-04 DUR-05 appends joined to a write in flight are admitted one by one: the refused fail alone, the others are written", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const plan = newPlan()
+          const id = sid("joined")
+          const first = notes(0, 1)
+          // room for the header, the first write and two small notes: an event of 200 bytes no longer fits
+          const limit = lineSize(header(id)) + lineSize(first[0]) + 2 * lineSize(notes(1, 1)[0]) + 100
+          const persistence = yield* withPlan(directory, plan, { maxEventBytes: 400, maxSessionBytes: limit })
+          const writer = yield* persistence.create(header(id))
+          const gate = yield* newGate
+          plan.gate = gate
+          plan.writes = 0
+          const inFlight = yield* Effect.fork(writer.append(first))
+          yield* Deferred.await(gate.entered)
+          const joined: Array<Fiber.RuntimeFiber<void, unknown>> = []
+          for (const batch of [
+            notes(1, 1),
+            [hostile(2, unencodable()[0]![0])] as const,
+            [sized(2, 401)] as const,
+            notes(2, 1),
+            [sized(3, 200)] as const,
+            [hostile(3, unencodable()[3]![0])] as const
+          ]) {
+            joined.push(yield* Effect.fork(writer.append(batch)))
+            yield* Effect.yieldNow()
+          }
+          yield* Deferred.succeed(gate.open, undefined)
+          yield* Fiber.join(inFlight)
+          const outcomes = yield* Effect.forEach(joined, (fiber) =>
+            Effect.map(Fiber.await(fiber), (exit) =>
+              Exit.isSuccess(exit) ? "ok" : Option.getOrElse(Option.map(Cause.failureOption(exit.cause), (e) =>
+                (e as { readonly _tag: string })._tag), () => "defect")))
+          assert.deepStrictEqual(outcomes, [
+            "ok",
+            "InvalidEventData",
+            "InvalidEventData",
+            "ok",
+            "SessionFull",
+            "InvalidEventData"
+          ])
+          // one write for the first append, one for everything that joined it
+          assert.strictEqual(plan.writes, 2)
+          assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 3))
+          const size = yield* Effect.map(readBytes(fileOf(directory, id)), (bytes) => bytes.length)
+          assert.strictEqual(size, limit - 100)
+          // the session size is the file's: 100 bytes are left, and exactly 100 fit
+          yield* writer.append([sized(3, 100)])
+          assert.strictEqual(yield* Effect.map(readBytes(fileOf(directory, id)), (bytes) => bytes.length), limit)
+          const full = yield* Effect.flip(writer.append([sized(4, 80)]))
+          assert.deepStrictEqual(full, new SessionError.SessionFull({ id, size: limit + 80, limit }))
+        }).pipe(Effect.scoped)))
+
+    it.effect("DUR-04 the file store shares nothing between sessions: of many concurrent appends, the refused fail alone", () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const persistence = yield* persistenceAt(directory, { durability: "buffered", maxEventBytes: 1_024 })
+          const sessions = yield* Effect.forEach(Array.from({ length: 12 }, (_, i) => sid(`shared-${i}`)), (id) =>
+            Effect.map(persistence.create(header(id)), (writer) => ({ id, writer })))
+          const bad = unencodable().map(([data]) => [hostile(1, data)] as const)
+          const batchOf = (i: number) =>
+            i % 2 === 1 ? [...notes(0, 1), ...(i === 11 ? [sized(1, 1_025)] : bad[(i - 1) / 2]!)] as const : notes(0, 2)
+          const before = yield* Effect.forEach(sessions, ({ id }) => readBytes(fileOf(directory, id)))
+          const outcomes = yield* Effect.forEach(
+            sessions,
+            ({ writer }, i) => Effect.either(writer.append(batchOf(i))),
+            { concurrency: "unbounded" }
+          )
+          for (const [i, { id }] of sessions.entries()) {
+            const outcome = outcomes[i]!
+            if (i % 2 === 1) {
+              assert.isTrue(Either.isLeft(outcome) && outcome.left._tag === "InvalidEventData")
+              assert.deepStrictEqual(yield* readBytes(fileOf(directory, id)), before[i])
+            } else {
+              assert.isTrue(Either.isRight(outcome))
+              assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 2))
+            }
+          }
         }).pipe(Effect.scoped)))
   })
 })

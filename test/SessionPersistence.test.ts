@@ -1,13 +1,14 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Layer, Scope } from "effect"
 import * as SessionPersistence from "../src/SessionPersistence.js"
-import { conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import * as SessionError from "../src/SessionError.js"
+import { conformance, header, lineSize, notes, sid } from "./fixtures/persistenceConformance.js"
 
 conformance(
   "SessionPersistence.layerMemory conformance (PERS-06)",
-  () =>
+  (limits) =>
     Layer.unwrapEffect(
-      Effect.map(SessionPersistence.makeMemoryStorage, (storage) => SessionPersistence.layerMemory(storage))
+      Effect.map(SessionPersistence.makeMemoryStorage, (storage) => SessionPersistence.layerMemory(storage, limits))
     )
 )
 
@@ -55,6 +56,26 @@ describe("SessionPersistence.layerMemory", () => {
         yield* restarted.append(notes(1, 1))
         assert.strictEqual((yield* Effect.flip(writer.append(notes(2, 1))))._tag, "SessionConflict")
         assert.deepStrictEqual(yield* storage.events(id), notes(0, 2))
+      }))
+    }))
+
+  it.effect("DUR-05 storage.truncate recounts the session's size: the truncated events no longer count", () =>
+    Effect.gen(function*() {
+      const storage = yield* SessionPersistence.makeMemoryStorage
+      const id = sid("truncated")
+      const limit = lineSize(header(id)) + 3 * lineSize(notes(0, 1)[0])
+      const persistence = yield* Effect.provide(
+        SessionPersistence.SessionPersistence,
+        SessionPersistence.layerMemory(storage, { maxSessionBytes: limit })
+      )
+      yield* Effect.scoped(Effect.flatMap(persistence.create(header(id)), (writer) => writer.append(notes(0, 3))))
+      yield* storage.truncate(id, 1)
+      yield* Effect.scoped(Effect.gen(function*() {
+        const { writer } = yield* persistence.openWrite(id)
+        yield* writer.append(notes(1, 2))
+        const full = yield* Effect.flip(writer.append(notes(3, 1)))
+        const size = limit + lineSize(notes(3, 1)[0])
+        assert.deepStrictEqual(full, new SessionError.SessionFull({ id, size, limit }))
       }))
     }))
 })

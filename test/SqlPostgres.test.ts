@@ -11,11 +11,20 @@ import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Redacted, Scope, Stream, TestClock } from "effect"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
-import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import {
+  assertOneCreateWins,
+  conformance,
+  header,
+  hostile,
+  notes,
+  sid,
+  sized,
+  unencodable
+} from "./fixtures/persistenceConformance.js"
 import { recordingTracer } from "./fixtures/groupCommit.js"
 import { assertCaseFoldedIds, assertInvalidIdRowListed } from "./fixtures/sqlIdentity.js"
 import { withLogs } from "./fixtures/logs.js"
-import { allSuspended, eventually } from "./fixtures/waiting.js"
+import { allSuspended, allSuspendedOrDone, eventually } from "./fixtures/waiting.js"
 
 const url = process.env["EFFECT_AGENT_PG_URL"]
 const ci = process.env["CI"]
@@ -82,9 +91,12 @@ if (url === undefined) {
 
   conformance(
     "SqlSessionPersistence.layer on Postgres conformance (PERS-06)",
-    () =>
+    (limits) =>
       Layer.unwrapScoped(
-        Effect.map(freshDatabase(base), (client) => SqlSessionPersistence.layer().pipe(Layer.provideMerge(client())))
+        Effect.map(
+          freshDatabase(base),
+          (client) => SqlSessionPersistence.layer(limits).pipe(Layer.provideMerge(client()))
+        )
       ),
     {
       propertyRuns: 15,
@@ -98,16 +110,19 @@ if (url === undefined) {
   const withDatabase = <A, E>(
     body: (
       process: (
-        instanceId: string
+        instanceId: string,
+        options?: SqlSessionPersistence.Options
       ) => Effect.Effect<SessionPersistence.SessionPersistence["Type"], unknown, Scope.Scope>,
       sql: SqlClient
     ) => Effect.Effect<A, E, Scope.Scope>
   ) =>
     Effect.scoped(Effect.gen(function*() {
       const client = yield* freshDatabase(base)
-      const process = (instanceId: string) =>
+      const process = (instanceId: string, options?: SqlSessionPersistence.Options) =>
         Effect.map(
-          Layer.build(SqlSessionPersistence.layer({ leaseTtl: TTL, instanceId }).pipe(Layer.provide(client()))),
+          Layer.build(
+            SqlSessionPersistence.layer({ leaseTtl: TTL, instanceId, ...options }).pipe(Layer.provide(client()))
+          ),
           Context.get(SessionPersistence.SessionPersistence)
         )
       const sql = yield* Effect.map(Layer.build(client()), Context.get(SqlClient))
@@ -118,7 +133,7 @@ if (url === undefined) {
     it.effect("PERS-05 processes that start at once migrate once (advisory lock)", () =>
       withDatabase((process, sql) =>
         Effect.gen(function*() {
-          yield* Effect.forEach(["a", "b", "c", "d"], process, { concurrency: "unbounded" })
+          yield* Effect.forEach(["a", "b", "c", "d"], (id) => process(id), { concurrency: "unbounded" })
           const versions = yield* sql<{ readonly version: number }>`SELECT version FROM effect_agent_migrations`
           assert.deepStrictEqual(versions.map((row) => row.version), [1])
         })))
@@ -126,7 +141,7 @@ if (url === undefined) {
     it.effect("PERS-01 concurrent creates of one id from separate pools have exactly one winner", () =>
       withDatabase((process) =>
         Effect.gen(function*() {
-          yield* assertOneCreateWins(yield* Effect.forEach(["a", "b", "c"], process))
+          yield* assertOneCreateWins(yield* Effect.forEach(["a", "b", "c"], (id) => process(id)))
         })))
 
     it.effect("PERS-01 a valid lease blocks other processes; renewal every ttl/3 keeps it valid", () =>
@@ -281,6 +296,69 @@ if (url === undefined) {
       withDatabase((process, sql) =>
         Effect.gen(function*() {
           yield* assertInvalidIdRowListed(yield* process("lister"), sql)
+        })))
+
+    it.effect("DUR-04 in a shared commit a batch that cannot be encoded, is oversize or breaks a constraint fails alone; the others commit", () =>
+      withDatabase((process, sql) =>
+        Effect.gen(function*() {
+          const recording = yield* recordingTracer
+          yield* Effect.gen(function*() {
+            const persistence = yield* process("dur-04", { maxEventBytes: 1_024 })
+            const sessions = yield* Effect.forEach(
+              Array.from({ length: 25 }, (_, i) => sid(`dur-04-${i}`)),
+              (id) => Effect.map(persistence.create(header(id)), (writer) => ({ id, writer }))
+            )
+            const [first, ...rest] = sessions
+            const broken = rest[16]!
+            yield* sql.unsafe(`CREATE FUNCTION refuse_dur_04() RETURNS trigger AS $$
+              BEGIN RAISE EXCEPTION 'injected constraint failure'; END $$ LANGUAGE plpgsql`)
+            yield* sql.unsafe(`CREATE TRIGGER refuse_dur_04 BEFORE INSERT ON effect_agent_events FOR EACH ROW
+              WHEN (NEW.session_id = '${broken.id}') EXECUTE FUNCTION refuse_dur_04()`)
+            // rest 2, 5, 8, 11 and 14 get a value the encoder refuses, 20 an event over maxEventBytes
+            const refusedAt = new Map(unencodable().map(([data], i) => [2 + 3 * i, data] as const))
+            const batchOf = (i: number) => {
+              if (i === 20) return [...notes(0, 1), sized(1, 1_025)] as const
+              const data = refusedAt.get(i)
+              return data === undefined ? notes(0, 3) : [...notes(0, 2), hostile(2, data)] as const
+            }
+            // Another connection locks the sessions table: the first commit waits at its last
+            // statement, and every other batch gathers behind it.
+            const locked = yield* Deferred.make<void>()
+            const gate = yield* Deferred.make<void>()
+            const holder = yield* Effect.fork(sql.withTransaction(
+              sql`LOCK TABLE effect_agent_sessions IN EXCLUSIVE MODE`.pipe(
+                Effect.zipRight(Deferred.succeed(locked, undefined)),
+                Effect.zipRight(Deferred.await(gate))
+              )
+            ))
+            yield* Deferred.await(locked)
+            const inFlight = yield* Effect.fork(first!.writer.append(notes(0, 3)))
+            yield* recording.awaitCommits(1)
+            const waiting = yield* Effect.forEach(rest, ({ writer }, i) =>
+              Effect.fork(Effect.either(writer.append(batchOf(i)))))
+            yield* eventually(allSuspendedOrDone(waiting))
+            yield* Deferred.succeed(gate, undefined)
+            yield* Fiber.join(holder)
+            yield* Fiber.join(inFlight)
+            const outcomes = yield* Effect.forEach(waiting, Fiber.join)
+            // the batches refused at encoding never reached the commit; the one the trigger refuses did
+            assert.deepStrictEqual(recording.commits(), [1, 24 - refusedAt.size - 1])
+            const tags = outcomes.map((outcome) => Either.isRight(outcome) ? "ok" : outcome.left._tag)
+            assert.deepStrictEqual(tags, rest.map((_, i) =>
+              i === 16 ? "PersistenceError" : i === 20 || refusedAt.has(i) ? "InvalidEventData" : "ok"))
+            for (const [i, { id, writer }] of rest.entries()) {
+              const isRefused = tags[i] !== "ok"
+              assert.deepStrictEqual((yield* persistence.read(id)).events, isRefused ? [] : notes(0, 3))
+              assert.strictEqual(yield* writer.nextSeq, isRefused ? 0 : 3)
+            }
+            assert.deepStrictEqual((yield* persistence.read(first!.id)).events, notes(0, 3))
+            yield* sql.unsafe(`DROP TRIGGER refuse_dur_04 ON effect_agent_events`)
+            for (const [i, { id, writer }] of rest.entries()) {
+              if (tags[i] === "ok") continue
+              yield* writer.append(notes(0, 1))
+              assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 1))
+            }
+          }).pipe(Effect.withTracer(recording.tracer))
         })))
 
     it.effect("PERS-04 a big batch is one transaction and round-trips", () =>

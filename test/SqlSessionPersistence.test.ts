@@ -10,11 +10,20 @@ import * as SessionError from "../src/SessionError.js"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import * as Tool from "../src/Tool.js"
-import { assertOneCreateWins, conformance, header, notes, sid } from "./fixtures/persistenceConformance.js"
+import {
+  assertOneCreateWins,
+  conformance,
+  header,
+  hostile,
+  notes,
+  sid,
+  sized,
+  unencodable
+} from "./fixtures/persistenceConformance.js"
 import { recordingTracer } from "./fixtures/groupCommit.js"
 import { assertCaseFoldedIds, assertInvalidIdRowListed } from "./fixtures/sqlIdentity.js"
 import { withLogs } from "./fixtures/logs.js"
-import { allSuspended, eventually } from "./fixtures/waiting.js"
+import { allSuspended, allSuspendedOrDone, eventually } from "./fixtures/waiting.js"
 import { VERSION } from "../src/SessionEvent.js"
 
 /** A fresh in-memory SQLite database per build. */
@@ -26,7 +35,7 @@ const replaceHeaderRow = (id: string, text: string) =>
 
 conformance(
   "SqlSessionPersistence.layer on SQLite conformance (PERS-06)",
-  () => SqlSessionPersistence.layer().pipe(Layer.provideMerge(sqliteMemory)),
+  (limits) => SqlSessionPersistence.layer(limits).pipe(Layer.provideMerge(sqliteMemory)),
   { replaceHeader: replaceHeaderRow }
 )
 
@@ -379,7 +388,8 @@ const appendTogether = (
   Effect.gen(function*() {
     const release = yield* holdConnection
     const appends = yield* Effect.forEach(batches, ([writer, events]) => Effect.fork(Effect.either(writer.append(events))))
-    yield* eventually(allSuspended(appends))
+    // a batch refused before it reaches the committer is done already
+    yield* eventually(allSuspendedOrDone(appends))
     yield* release
     return yield* Effect.forEach(appends, Fiber.join)
   })
@@ -490,6 +500,44 @@ describe("SqlSessionPersistence group commit across sessions on SQLite", () => {
         yield* sql`DROP TRIGGER refuse_isolated`
         yield* broken.writer.append(notes(0, 2))
         assert.deepStrictEqual((yield* persistence.read(broken.id)).events, notes(0, 2))
+      }).pipe(Effect.withTracer(recording.tracer))
+    })))
+
+  it.effect("DUR-04 in a shared commit a batch that cannot be encoded, is oversize or breaks a constraint fails alone; the others commit", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const recording = yield* recordingTracer
+      yield* Effect.gen(function*() {
+        const persistence = yield* instance("dur-04", { maxEventBytes: 1_024 })
+        const sessions = yield* writersOf(persistence, "dur-04", 24)
+        const broken = sessions[17]!
+        yield* sql.unsafe(`CREATE TRIGGER refuse_dur_04 BEFORE INSERT ON effect_agent_events
+          WHEN NEW.session_id = '${broken.id}' BEGIN SELECT RAISE(ABORT, 'injected constraint failure'); END`)
+        // sessions 2, 5, 8, 11 and 14 get a value the encoder refuses, 20 an event over maxEventBytes
+        const refusedAt = new Map(unencodable().map(([data], i) => [2 + 3 * i, data] as const))
+        const batchOf = (i: number) => {
+          if (i === 20) return [...notes(0, 1), sized(1, 1_025)] as const
+          const data = refusedAt.get(i)
+          return data === undefined ? notes(0, 3) : [...notes(0, 2), hostile(2, data)] as const
+        }
+        const outcomes = yield* appendTogether(sessions.map(({ writer }, i) => [writer, batchOf(i)] as const))
+        // the batches refused at encoding never reached the commit; the one the trigger refuses did
+        assert.deepStrictEqual(recording.commits(), [24 - refusedAt.size - 1])
+        const tags = outcomes.map((outcome) => Either.isRight(outcome) ? "ok" : outcome.left._tag)
+        assert.deepStrictEqual(tags, sessions.map((_, i) =>
+          i === 17 ? "PersistenceError" : i === 20 || refusedAt.has(i) ? "InvalidEventData" : "ok"))
+        for (const [i, { id, writer }] of sessions.entries()) {
+          const isRefused = tags[i] !== "ok"
+          assert.deepStrictEqual((yield* persistence.read(id)).events, isRefused ? [] : notes(0, 3))
+          assert.strictEqual(yield* writer.nextSeq, isRefused ? 0 : 3)
+        }
+        // nothing of theirs was committed, and their writers go on
+        yield* sql`DROP TRIGGER refuse_dur_04`
+        for (const [i, { id, writer }] of sessions.entries()) {
+          if (tags[i] === "ok") continue
+          yield* writer.append(notes(0, 1))
+          assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 1))
+        }
       }).pipe(Effect.withTracer(recording.tracer))
     })))
 

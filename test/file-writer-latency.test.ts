@@ -3,7 +3,7 @@
  * change — an interrupted caller and a closing scope never leave a write half-acknowledged.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Deferred, Effect, Exit, Fiber, Option, Scope } from "effect"
+import { Deferred, Effect, Exit, Fiber, Option, Scope } from "effect"
 import { inDirectory, newFilePlan, newGate, withFilePlan } from "./fixtures/instrumentedFiles.js"
 import { header, notes, sid } from "./fixtures/persistenceConformance.js"
 
@@ -112,7 +112,7 @@ describe("FileSessionPersistence writer", () => {
         yield* persistence.create(header(id))
       }).pipe(Effect.scoped)))
 
-  it.effect("SES-02b a batch the writer cannot encode fails alone with a defect; later appends and the close go on", () =>
+  it.effect("SES-02b DUR-04 a batch the writer cannot encode fails alone with InvalidEventData; later appends and the close go on", () =>
     inDirectory((directory) =>
       Effect.gen(function*() {
         const persistence = yield* withFilePlan(directory, newFilePlan())
@@ -123,8 +123,9 @@ describe("FileSessionPersistence writer", () => {
         const unencodable = [{ seq: 0, time: 1, type: "test/note", data: { n: 10n } }] as unknown as ReturnType<
           typeof notes
         >
-        const failed = yield* Effect.exit(writer.append(unencodable))
-        assert.isTrue(Exit.isFailure(failed) && Cause.isDie(failed.cause))
+        const failed = yield* Effect.flip(writer.append(unencodable))
+        assert.strictEqual(failed._tag, "InvalidEventData")
+        if (failed._tag === "InvalidEventData") assert.include(failed.reason, "BigInt")
         yield* writer.append(notes(0, 2))
         yield* Scope.close(scope, Exit.void)
         assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 2))

@@ -11,11 +11,21 @@
  *
  * A transaction writes all its batches with a fixed number of statements: renew the leases still
  * holding our tokens, read the stored lengths, insert the rows of the batches that passed both
- * checks (PERS-02: the others fail `SessionConflict` and write nothing), touch `updated_at`. If a
- * statement fails, that work is rolled back to a savepoint and each batch is written again in a
- * savepoint of its own, so a statement only one session's rows break fails only that session's
- * batch. If the transaction itself fails (begin or commit), nothing is committed and every writer
- * in it gets `PersistenceError`.
+ * checks (PERS-02: the others fail `SessionConflict` and write nothing), touch `updated_at`.
+ *
+ * DUR-04, one session's batch never fails another's:
+ * - Batches arrive encoded: each writer turns its events into records (and checks their sizes)
+ *   in its own fiber before it submits, so a value that cannot be encoded fails its own append
+ *   with `InvalidEventData` and never enters a transaction. The committer does no JSON work.
+ * - If a statement of the shared work fails (a constraint or trigger refusing one session's rows,
+ *   a driver refusing a value) or even dies (a bug), that work is rolled back to its savepoint and
+ *   each batch is written again in a savepoint of its own: the batch that breaks fails alone
+ *   (`PersistenceError`, or its defect), the others commit in the same transaction. Retrying
+ *   without the failing batch would need to know which one failed, which a driver error does not
+ *   say; savepoints per session find it in one pass. Their cost (a few statements per session)
+ *   is paid only after a failure: the common case keeps its fixed number of statements.
+ * - If the transaction itself fails (begin or commit), nothing is committed and every writer in it
+ *   gets `PersistenceError`.
  *
  * A submitted batch is waited for uninterruptibly (as the file writer's write is): it is either
  * acknowledged or refused, never left unknown to its session. When the layer's Scope closes, new
@@ -30,25 +40,38 @@ import type { Array as Arr, Scope } from "effect"
 import { Cause, Clock, Context, Effect, Exit, Fiber, Option, Queue, Tracer } from "effect"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
-import type { SessionEvent } from "../SessionEvent.js"
 import type { Lease } from "./sqlLease.js"
-import { conflict, eventRecord, persistenceError } from "./sqlLog.js"
+import { conflict, persistenceError } from "./sqlLog.js"
 
 /** @internal */
 export type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
 
+/**
+ * One event's row, its record already encoded by the session's writer (a type, not an interface:
+ * `sql.insert` takes records).
+ *
+ * @internal
+ */
+export type EventRow = {
+  readonly session_id: SessionId
+  readonly seq: number
+  readonly event_time: number
+  readonly event_type: string
+  readonly record: string
+}
+
 /** @internal */
 export interface Committer {
   /**
-   * Commits one session's batch (consecutive seqs) together with whatever else is waiting;
-   * resolves with the session's stored length after it.
+   * Commits one session's batch (rows with consecutive seqs) together with whatever else is
+   * waiting; resolves with the session's stored length after it.
    */
-  readonly submit: (held: Lease, events: Arr.NonEmptyReadonlyArray<SessionEvent>) => Effect.Effect<number, WriteError>
+  readonly submit: (held: Lease, rows: Arr.NonEmptyReadonlyArray<EventRow>) => Effect.Effect<number, WriteError>
 }
 
 interface Pending {
   readonly held: Lease
-  readonly events: Arr.NonEmptyReadonlyArray<SessionEvent>
+  readonly rows: Arr.NonEmptyReadonlyArray<EventRow>
   readonly span: Option.Option<Tracer.AnySpan>
   readonly resume: (exit: Exit.Exit<number, WriteError>) => void
 }
@@ -60,6 +83,13 @@ const STOP = "stop" as const
 
 /** Rows per `INSERT`: 5 parameters each stays far below every driver's parameter limit. */
 const INSERT_CHUNK = 200
+
+/**
+ * Record text per `INSERT` (UTF-16 units, at most 3 UTF-8 bytes each): keeps one statement's
+ * message far below Postgres's 1 GiB limit whatever the batches' sizes (a single larger record
+ * still goes alone).
+ */
+const INSERT_TEXT = 64 * 1024 * 1024
 
 /** Sessions per transaction: keeps the `IN`/`OR` lists of its statements within parameter limits. */
 const MAX_SESSIONS = 500
@@ -96,6 +126,25 @@ export const make = (options: {
         (rows) => new Map(rows.map((row) => [row.session_id, Number(row.next_seq)]))
       )
 
+    /** Inserts rows in statements bounded by row count and by text. */
+    const insertRows = (rows: ReadonlyArray<EventRow>): Effect.Effect<void, SqlError> =>
+      Effect.suspend(() => {
+        const statements: Array<Effect.Effect<unknown, SqlError>> = []
+        let start = 0
+        let text = 0
+        for (let i = 0; i < rows.length; i++) {
+          const size = rows[i]!.record.length
+          if (i > start && (i - start === INSERT_CHUNK || text + size > INSERT_TEXT)) {
+            statements.push(sql`INSERT INTO effect_agent_events ${sql.insert(rows.slice(start, i))}`)
+            start = i
+            text = 0
+          }
+          text += size
+        }
+        if (start < rows.length) statements.push(sql`INSERT INTO effect_agent_events ${sql.insert(rows.slice(start))}`)
+        return Effect.forEach(statements, (statement) => statement, { discard: true })
+      })
+
     /** Writes `batch` in the current transaction; one outcome per batch, in order. */
     const write = (batch: ReadonlyArray<Pending>): Effect.Effect<Array<Outcome>, SqlError> =>
       Effect.gen(function*() {
@@ -115,28 +164,18 @@ export const make = (options: {
 
         const outcomes: Array<Outcome> = []
         const written: Array<SessionId> = []
-        const rows: Array<Record<string, unknown>> = []
-        for (const { events, held: { id } } of batch) {
+        const rows: Array<EventRow> = []
+        for (const { held: { id }, rows: own } of batch) {
           const length = stored.get(id)
-          if (length === undefined || events[0].seq !== length) {
-            outcomes.push(Exit.fail(conflict(id, events[0].seq, length ?? lengths.get(id) ?? 0)))
+          if (length === undefined || own[0].seq !== length) {
+            outcomes.push(Exit.fail(conflict(id, own[0].seq, length ?? lengths.get(id) ?? 0)))
             continue
           }
-          for (const event of events) {
-            rows.push({
-              session_id: id,
-              seq: event.seq,
-              event_time: event.time,
-              event_type: event.type,
-              record: eventRecord(event)
-            })
-          }
+          for (const row of own) rows.push(row)
           written.push(id)
-          outcomes.push(Exit.succeed(length + events.length))
+          outcomes.push(Exit.succeed(length + own.length))
         }
-        for (let start = 0; start < rows.length; start += INSERT_CHUNK) {
-          yield* sql`INSERT INTO effect_agent_events ${sql.insert(rows.slice(start, start + INSERT_CHUNK))}`
-        }
+        yield* insertRows(rows)
         if (written.length > 0) {
           yield* sql`UPDATE effect_agent_sessions SET updated_at = ${now}
             WHERE ${sql.in("session_id", written)}`
@@ -144,22 +183,28 @@ export const make = (options: {
         return outcomes
       })
 
-    const failed = (pending: Pending) => (error: SqlError): Outcome =>
-      Exit.fail(persistenceError(`appending to session ${JSON.stringify(pending.held.id)}`)(error))
+    const persistenceErrorOf = (pending: Pending, error: SqlError) =>
+      persistenceError(`appending to session ${JSON.stringify(pending.held.id)}`)(error)
 
-    /** Each batch in a savepoint of its own: a failing statement fails only its own batch. */
+    const failed = (pending: Pending) => (error: SqlError): Outcome => Exit.fail(persistenceErrorOf(pending, error))
+
+    /**
+     * Each batch in a savepoint of its own (DUR-04): a statement that fails, or dies, on one
+     * session's batch fails only that batch (rolled back to its savepoint), with its own cause.
+     */
     const writeEach = (batch: ReadonlyArray<Pending>) =>
       Effect.forEach(batch, (pending) =>
-        sql.withTransaction(write([pending])).pipe(
-          Effect.match({ onFailure: failed(pending), onSuccess: (outcomes) => outcomes[0]! })
-        ))
+        Effect.map(Effect.exit(sql.withTransaction(write([pending]))), (exit): Outcome =>
+          Exit.isSuccess(exit)
+            ? exit.value[0]!
+            : Exit.failCause(Cause.map(exit.cause, (error) => persistenceErrorOf(pending, error)))))
 
     const commit = (batch: Array<Pending>): Effect.Effect<void> => {
       batch.sort(bySession)
       let events = 0
       const links: Array<Tracer.SpanLink> = []
       for (const pending of batch) {
-        events += pending.events.length
+        events += pending.rows.length
         if (Option.isSome(pending.span)) links.push({ _tag: "SpanLink", span: pending.span.value, attributes: {} })
       }
       // A statement that fails rolls its transaction (or savepoint) back before it is answered.
@@ -167,7 +212,7 @@ export const make = (options: {
         ? sql.withTransaction(write(batch)).pipe(
           Effect.catchTag("SqlError", (error) => Effect.succeed([failed(batch[0]!)(error)]))
         )
-        : sql.withTransaction(sql.withTransaction(write(batch)).pipe(Effect.catchAll(() => writeEach(batch))))
+        : sql.withTransaction(sql.withTransaction(write(batch)).pipe(Effect.catchAllCause(() => writeEach(batch))))
       return run.pipe(
         Effect.exit,
         Effect.map((exit) => {
@@ -226,12 +271,12 @@ export const make = (options: {
       })
     )
 
-    const submit = (held: Lease, events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
+    const submit = (held: Lease, rows: Arr.NonEmptyReadonlyArray<EventRow>) =>
       Effect.withFiberRuntime<number, WriteError>((fiber) => {
         const span = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
         return Effect.async<number, WriteError>((resume) => {
           if (isClosed) return resume(closed(held.id))
-          queue.unsafeOffer({ held, events, span, resume })
+          queue.unsafeOffer({ held, rows, span, resume })
         })
       }).pipe(Effect.uninterruptible)
 

@@ -41,9 +41,6 @@ export const conflict = (id: SessionId, expectedSeq: number, actualSeq: number):
 /** The header record as stored. @internal */
 export const headerRecord = (header: SessionHeader): string => JSON.stringify(header)
 
-/** An event record as stored. @internal */
-export const eventRecord = (event: SessionEvent): string => JSON.stringify(event)
-
 /**
  * Validates a stored header: JSON, a supported version, and the session's own id.
  *
