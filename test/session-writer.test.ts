@@ -4,6 +4,7 @@ import type { Scheduler } from "effect"
 import { core } from "../src/internal/session.js"
 import * as Session from "../src/Session.js"
 import * as SessionError from "../src/SessionError.js"
+import * as SessionPersistenceModule from "../src/SessionPersistence.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
 import type { SessionWriter } from "../src/SessionPersistence.js"
 import { recordingWriter } from "./fixtures/writers.js"
@@ -52,6 +53,26 @@ describe("Session writer", () => {
       assert.deepStrictEqual((yield* batches).map((batch) => batch.map((e) => e.seq)), [[0, 1, 2, 3, 4]])
       assert.strictEqual(core(session).openTurn(), 1)
       assert.deepStrictEqual(yield* session.events, [first, ...pair, third, ...opened])
+    }))
+
+  it.scoped("DUR-04 DUR-05 in one session batch, a caller refused for its size fails alone; the others are written in order", () =>
+    Effect.gen(function*() {
+      const storage = yield* SessionPersistenceModule.makeMemoryStorage
+      const persistence = yield* Effect.provide(
+        SessionPersistenceModule.SessionPersistence,
+        SessionPersistenceModule.layerMemory(storage, { maxEventBytes: 200 })
+      )
+      const plan = planFor("w-sized")
+      const session = yield* Session.fromPlan(plan, yield* persistence.create(plan.header))
+      const a = yield* Effect.fork(session.append({ type: "test/n", data: 0 }))
+      const big = yield* Effect.fork(session.append({ type: "test/n", data: "x".repeat(300) }))
+      const b = yield* Effect.fork(session.appendAll([{ type: "test/n", data: 1 }, { type: "test/n", data: 2 }]))
+      assert.strictEqual((yield* Fiber.join(a)).seq, 0)
+      const refused = yield* Effect.flip(Fiber.join(big))
+      assert.strictEqual(refused._tag, "InvalidEventData")
+      assert.deepStrictEqual((yield* Fiber.join(b)).map((e) => e.seq), [1, 2])
+      assert.deepStrictEqual((yield* persistence.read(session.id)).events.map((e) => e.data), [0, 1, 2])
+      assert.deepStrictEqual((yield* session.events).map((e) => e.data), [0, 1, 2])
     }))
 
   it.scoped("SES-02b a failed write fails every caller of its batch and commits nothing; the next batch reuses the seqs", () =>

@@ -5,7 +5,7 @@
  *
  * @internal
  */
-import { Effect, Either, Exit, Fiber, Option, Runtime, Scope } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, Scope } from "effect"
 import type { Array as Arr, Clock } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
@@ -68,6 +68,14 @@ type Request =
     readonly many: Arr.NonEmptyReadonlyArray<Input>
     readonly resume: (exit: AppendExit<Arr.NonEmptyReadonlyArray<SessionEvent>>) => void
   }
+
+/** Whether a writer refused a batch for what it holds (DUR-05), not for a failure to store it. */
+const isRefusedContent = (cause: Cause.Cause<unknown>): boolean => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isNone(failure)) return false
+  const tag = (failure.value as { readonly _tag?: unknown } | null)?._tag
+  return tag === "InvalidEventData" || tag === "SessionFull"
+}
 
 /** The committed form of an input: its seq and time assigned, frozen. */
 const stamp = (input: Input, seq: number, time: number): SessionEvent =>
@@ -183,7 +191,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
           wake = resume
         })
 
-        const writeBatch = (batch: Array<Request>): Effect.Effect<void> => {
+        const writeBatch = (batch: ReadonlyArray<Request>, then: () => Effect.Effect<void> = next): Effect.Effect<void> => {
           const time = clock.unsafeCurrentTimeMillis()
           const stamped: Array<SessionEvent> = []
           let seq = log.length
@@ -193,23 +201,39 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
             else for (const input of request.many) stamped.push(stamp(input, seq++, time))
           }
           const writer = options.writer
-          if (writer === undefined) return commit(batch, stamped)
+          if (writer === undefined) return commit(batch, stamped, then)
           // a defect of the writer reaches the callers as a defect; the writer fiber lives on (also
           // when a persistence implementation throws instead of returning an Effect: suspended)
           return Effect.matchCauseEffect(
             Effect.suspend(() => writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)),
             {
               onFailure: (cause) => {
+                // DUR-04 inside a session: a batch of several callers refused for its content (an
+                // event over maxEventBytes, the session over maxSessionBytes) stored nothing, so it
+                // is written again caller by caller, and only the refused caller's append fails.
+                if (batch.length > 1 && isRefusedContent(cause)) return writeEach(batch, 0, then)
                 const failed = Exit.failCause(cause)
                 for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
-                return next()
+                return then()
               },
-              onSuccess: () => commit(batch, stamped)
+              onSuccess: () => commit(batch, stamped, then)
             }
           )
         }
 
-        const commit = (batch: ReadonlyArray<Request>, stamped: ReadonlyArray<SessionEvent>): Effect.Effect<void> => {
+        /** Writes the requests of `batch` from `i` on, each as a batch of its own, then `then`. */
+        const writeEach = (
+          batch: ReadonlyArray<Request>,
+          i: number,
+          then: () => Effect.Effect<void>
+        ): Effect.Effect<void> =>
+          i >= batch.length ? then() : writeBatch([batch[i]!], () => writeEach(batch, i + 1, then))
+
+        const commit = (
+          batch: ReadonlyArray<Request>,
+          stamped: ReadonlyArray<SessionEvent>,
+          then: () => Effect.Effect<void>
+        ): Effect.Effect<void> => {
           for (let i = 0; i < stamped.length; i++) {
             const event = stamped[i]!
             log.push(event)
@@ -229,7 +253,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
                 k += n
               }
             }
-            return next()
+            return then()
           })
         }
 
