@@ -5,10 +5,9 @@
  * `EFFECT_AGENT_PG_URL` names the server (`.ci/run` starts a throwaway one). Without it the suite
  * is skipped with a message — unless `CI` is set, where a missing server is a failure.
  */
-import { PgClient } from "@effect/sql-pg"
 import { SqlClient } from "@effect/sql/SqlClient"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Redacted, Scope, Stream, TestClock } from "effect"
+import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Scope, Stream, TestClock } from "effect"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import {
@@ -24,38 +23,12 @@ import {
 import { recordingTracer } from "./fixtures/groupCommit.js"
 import { assertCaseFoldedIds, assertInvalidIdRowListed } from "./fixtures/sqlIdentity.js"
 import { withLogs } from "./fixtures/logs.js"
+import { freshDatabase } from "./fixtures/postgres.js"
 import { allSuspended, allSuspendedOrDone, eventually } from "./fixtures/waiting.js"
 
 const url = process.env["EFFECT_AGENT_PG_URL"]
 const ci = process.env["CI"]
 const isCI = ci !== undefined && ci !== "" && ci !== "0" && ci.toLowerCase() !== "false"
-
-/** `url` with every connection's search_path set to `schema`. */
-const inSchema = (base: string, schema: string): string => {
-  const parsed = new URL(base)
-  parsed.searchParams.set("options", `-c search_path=${schema}`)
-  return parsed.toString()
-}
-
-/** Runs one statement on a short-lived pool of `base`. */
-const admin = (base: string, statement: string) =>
-  Effect.flatMap(SqlClient, (sql) => sql.unsafe(statement)).pipe(
-    Effect.provide(PgClient.layer({ url: Redacted.make(base), maxConnections: 1 }))
-  )
-
-/**
- * A fresh, empty schema for as long as the Scope is open, and a client factory for it: every call
- * makes a new pool, so two calls stand for two processes sharing the database.
- */
-const freshDatabase = (base: string) =>
-  Effect.gen(function*() {
-    const schema = `effect_agent_test_${globalThis.crypto.randomUUID().replaceAll("-", "")}`
-    yield* Effect.acquireRelease(
-      admin(base, `CREATE SCHEMA ${schema}`),
-      () => Effect.orDie(admin(base, `DROP SCHEMA ${schema} CASCADE`))
-    )
-    return () => PgClient.layer({ url: Redacted.make(inSchema(base, schema)), maxConnections: 4 })
-  })
 
 const TTL = 30_000
 

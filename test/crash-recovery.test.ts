@@ -11,7 +11,7 @@ import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import type { Context } from "effect"
-import { Deferred, Effect, Either, Exit, Layer, Option, Schema, Scope, Stream } from "effect"
+import { Deferred, Effect, Either, Exit, Layer, Option, Scope, Stream } from "effect"
 import type { AgentHandle } from "../src/Agent.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
@@ -20,33 +20,12 @@ import * as Model from "../src/Model.js"
 import * as Repair from "../src/Repair.js"
 import type { SessionEvent, SessionHeader } from "../src/SessionEvent.js"
 import * as SessionPersistence from "../src/SessionPersistence.js"
-import * as Tool from "../src/Tool.js"
 import { endsCompleted, hasEntered, insertedIds, logViolations } from "./fixtures/faultyPersistence.js"
 import { route } from "./fixtures/runtime.js"
+import { gate, lookup } from "./fixtures/tools.js"
 import { VERSION } from "../src/SessionEvent.js"
 
 const ID = "crashing"
-
-const lookup = Tool.make({
-  name: "lookup",
-  description: "Looks a key up.",
-  parameters: Schema.Struct({ key: Schema.String }),
-  run: ({ key }) => Effect.succeed(Tool.text(`value of ${key}`))
-})
-
-/** An exclusive tool that signals when it runs and waits for the test to let it finish. */
-const gate = (entered: Deferred.Deferred<void>, open: Deferred.Deferred<void>) =>
-  Tool.make({
-    name: "gate",
-    description: "Waits for the test.",
-    parameters: Schema.Struct({}),
-    mode: "exclusive",
-    run: () =>
-      Deferred.succeed(entered, undefined).pipe(
-        Effect.zipRight(Deferred.await(open)),
-        Effect.as(Tool.text("opened"))
-      )
-  })
 
 /** Builds a runtime in its own Scope (closed by `close`, or with the caller's Scope). */
 const runtimeOf = <E>(layer: Layer.Layer<AgentRuntime.Services, E>) =>

@@ -20,28 +20,11 @@ import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import * as Repair from "../src/Repair.js"
 import * as SessionPersistence from "../src/SessionPersistence.js"
-import * as Tool from "../src/Tool.js"
 import { insertedIds, logViolations } from "./fixtures/faultyPersistence.js"
 import { route } from "./fixtures/runtime.js"
+import { gate, lookup } from "./fixtures/tools.js"
 
 const ID = "converging"
-
-const lookup = Tool.make({
-  name: "lookup",
-  description: "Looks a key up.",
-  parameters: Schema.Struct({ key: Schema.String }),
-  run: ({ key }) => Effect.succeed(Tool.text(`value of ${key}`))
-})
-
-/** A tool that signals when it runs and waits for the test. */
-const gate = (entered: Deferred.Deferred<void>, open: Deferred.Deferred<void>) =>
-  Tool.make({
-    name: "gate",
-    description: "Waits for the test.",
-    parameters: Schema.Struct({}),
-    run: () =>
-      Deferred.succeed(entered, undefined).pipe(Effect.zipRight(Deferred.await(open)), Effect.as(Tool.text("opened")))
-  })
 
 /** Runs `body` with a runtime built in a Scope of its own, closed afterwards. */
 const withRuntime = <A, E>(
