@@ -167,6 +167,7 @@ const make = (options: Options) =>
     const durability: Durability = options.durability ?? "fsync"
     const startTimeOf = options.processStartTime ?? processStartTime
     const startTime = startTimeOf(process.pid)
+    const pidNamespace = fileLock.procPidNamespace()
     const limits = recordSize.limitsOf("FileSessionPersistence", options)
     if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
     const { maxEventBytes, maxSessionBytes } = limits.right
@@ -178,10 +179,12 @@ const make = (options: Options) =>
         host: os.hostname(),
         pid: process.pid,
         ...(startTime === undefined ? {} : { startTime }),
+        ...(pidNamespace === undefined ? {} : { pidNamespace }),
         instanceId: options.instanceId ?? globalThis.crypto.randomUUID()
       },
       isProcessAlive: options.isProcessAlive ?? isProcessAlive,
       processStartTime: startTimeOf,
+      inNamespace: fileLock.procInNamespace,
       isDurable: durability === "fsync"
     }
     const dataPath = (id: string) => path.join(directory, `${id}.jsonl`)
@@ -485,8 +488,6 @@ const make = (options: Options) =>
       }
       return yield* inWriterScope(Effect.gen(function*() {
         yield* makeDirectory
-    // DUR-06: temp and guard files that crashed lock operations left behind.
-    yield* fileLock.sweepQuietly(lockContext)
         const owner = yield* lock(id)
         const handle = yield* fs.open(file, { flag: "wx" }).pipe(
           Effect.catchIf(fileLock.isAlreadyExists, () => new SessionError.SessionAlreadyExists({ id })),

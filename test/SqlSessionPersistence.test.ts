@@ -1,7 +1,7 @@
 import { SqlClient } from "@effect/sql/SqlClient"
 import { SqliteClient } from "@effect/sql-sqlite-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Option, Schema, Scope, Stream, TestClock } from "effect"
+import { Chunk, Clock, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Option, Schema, Scope, Stream, TestClock, Tracer } from "effect"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
 import * as Message from "../src/Message.js"
@@ -501,6 +501,30 @@ describe("SqlSessionPersistence group commit across sessions on SQLite", () => {
         yield* broken.writer.append(notes(0, 2))
         assert.deepStrictEqual((yield* persistence.read(broken.id)).events, notes(0, 2))
       }).pipe(Effect.withTracer(recording.tracer))
+    })))
+
+  it.effect("CORE-01 DUR-04 a commit that dies outside its transaction answers its callers; later appends commit", () =>
+    inSqlite(Effect.gen(function*() {
+      // a tracer whose span for the commit throws while armed: a defect outside the transaction
+      let armed = false
+      const inner = yield* Effect.tracer
+      const throwing = Tracer.make({
+        span: (name, parent, context, links, startTime, kind, options) => {
+          if (armed && name === "SqlSessionPersistence.commit") throw new Error("the tracer broke")
+          return inner.span(name, parent, context, links, startTime, kind, options)
+        },
+        context: inner.context
+      })
+      const persistence = yield* Effect.withTracer(instance("dying"), throwing)
+      const id = sid("dying-commit")
+      const writer = yield* persistence.create(header(id))
+      armed = true
+      const refused = yield* Effect.flip(writer.append(notes(0, 2)))
+      assert.strictEqual(refused._tag, "PersistenceError")
+      if (refused._tag === "PersistenceError") assert.include(refused.reason, "the tracer broke")
+      armed = false
+      yield* writer.append(notes(0, 2))
+      assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 2))
     })))
 
   it.effect("DUR-04 in a shared commit a batch that cannot be encoded, is oversize or breaks a constraint fails alone; the others commit", () =>

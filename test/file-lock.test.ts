@@ -205,6 +205,45 @@ describe("file lock (DUR-06)", () => {
             assert.isTrue(tookOver, logs.join("\n"))
           })).pipe(Effect.scoped)
     )
+
+    it.effect.skipIf(!hasPidNamespaces)(
+      "DUR-06 PERS-01 a live writer in another PID namespace keeps its lock, whatever our own pid of the same number is",
+      () =>
+        inDirectory((directory) =>
+          Effect.gen(function*() {
+            const id = sid("namespaced")
+            yield* storedSession(directory, id, 1)
+            const holder = yield* startHolder(Command.make(
+              "unshare",
+              "--pid",
+              "--fork",
+              "--mount-proc",
+              "--kill-child",
+              process.execPath,
+              "--import",
+              "tsx",
+              fixture,
+              directory,
+              id
+            ))
+            // The holder is PID 1 of its namespace; here, pid 1 is this host's init (alive, started
+            // at another time): judged here, the live holder would look gone.
+            const held = yield* readOwner(lockOf(directory, id))
+            assert.strictEqual(held.pid, 1)
+            assert.isDefined(held.pidNamespace)
+            assert.notStrictEqual(held.pidNamespace, nodeFs.readlinkSync("/proc/self/ns/pid"))
+            const persistence = yield* persistenceAt(directory)
+            const refused = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+            assert.strictEqual(refused._tag, "SessionLocked")
+            // Once it is gone (its namespace with it), the lock is stale and taken over.
+            const outer = Number(holder.child.pid)
+            const inner = nodeFs.readFileSync(`/proc/${outer}/task/${outer}/children`, "utf8").trim()
+            process.kill(Number(inner.split(/\s+/)[0]), "SIGKILL")
+            yield* Effect.ignore(holder.child.exitCode)
+            const { stored } = yield* Effect.scoped(persistence.openWrite(id))
+            assert.deepStrictEqual(stored.events, notes(0, 1))
+          })).pipe(Effect.scoped)
+    )
   })
 
   describe("v1 leftovers and guards", () => {
@@ -374,8 +413,17 @@ describe("file lock (DUR-06)", () => {
         ])
         assert.strictEqual(logs.filter((l) => l.includes("removed") && l.includes("interrupted lock")).length, 3)
 
-        // Nothing we write lives 60 s as a temp file: then it goes whoever wrote it.
+        // 60 s later the anonymous temp file goes; a live writer's stays however long it is paused
+        // (it still needs it to link its lock), until that writer is gone.
         yield* ageOf(file("kept.lock.live-tmp.tmp"), 60_000)
+        yield* persistenceAt(directory)
+        assert.deepStrictEqual(yield* namesIn(directory), [
+          "kept.lock",
+          "kept.lock.live-lock.break",
+          "kept.lock.live-tmp.tmp",
+          "notes.txt"
+        ])
+        yield* writeText(file("kept.lock.live-tmp.tmp"), ownerJson({ pid, token: "live-tmp" }))
         yield* persistenceAt(directory)
         assert.deepStrictEqual(yield* namesIn(directory), ["kept.lock", "kept.lock.live-lock.break", "notes.txt"])
       })))
@@ -453,6 +501,7 @@ describe("file lock (DUR-06)", () => {
                 self: { host, pid, startTime: "killed", instanceId: "killed" },
                 isProcessAlive: FileSessionPersistence.isProcessAlive,
                 processStartTime: FileSessionPersistence.processStartTime,
+                inNamespace: () => "Invisible",
                 isDurable: true
               }, id))
               cases++

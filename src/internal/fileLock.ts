@@ -23,7 +23,7 @@
 import type { FileSystem, Path } from "@effect/platform"
 import type { PlatformError } from "@effect/platform/Error"
 import { Clock, Effect, Either, Option, Schema } from "effect"
-import { readFileSync } from "node:fs"
+import { readdirSync, readFileSync, readlinkSync } from "node:fs"
 import * as SessionError from "../SessionError.js"
 
 const Token = Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9-]{1,64}$/))
@@ -34,6 +34,11 @@ export const LockOwner = Schema.Struct({
   pid: Schema.Int.pipe(Schema.positive()),
   /** Absent in v1 locks and where the platform cannot tell a process's start (then the pid alone decides). */
   startTime: Schema.optionalWith(Schema.String, { exact: true }),
+  /**
+   * The PID namespace the pid belongs to (Linux: `pid:[<inode>]`); absent in v1 locks and where it
+   * cannot be read. A pid means something else in another namespace.
+   */
+  pidNamespace: Schema.optionalWith(Schema.String, { exact: true }),
   instanceId: Schema.String,
   token: Token
 })
@@ -64,7 +69,15 @@ export interface ProcessProbe {
   readonly isProcessAlive: (pid: number) => boolean
   /** The start of the process running under `pid` (boot and start time), `undefined` if it cannot tell. */
   readonly processStartTime: (pid: number) => string | undefined
+  /**
+   * Looks for the process `pid` of another PID namespace from here: `"Running"` or `"Gone"` when
+   * that namespace is visible (this process is in an ancestor namespace), `"Invisible"` when it is not.
+   */
+  readonly inNamespace: (namespace: string, pid: number, startTime: string | undefined) => NamespaceLookup
 }
+
+/** @internal */
+export type NamespaceLookup = "Running" | "Gone" | "Invisible"
 
 /** @internal */
 export interface LockContext extends LockFiles, ProcessProbe {
@@ -145,12 +158,68 @@ export const procStartTime = (pid: number): string | undefined => {
   }
 }
 
+/**
+ * This process's PID namespace (Linux: the target of `/proc/self/ns/pid`), `undefined` elsewhere.
+ *
+ * @internal
+ */
+export const procPidNamespace = (): string | undefined => {
+  try {
+    return readlinkSync("/proc/self/ns/pid")
+  } catch {
+    return undefined
+  }
+}
+
+/** The pid a process of `/proc` has in its own (innermost) namespace: the last `NSpid` field. */
+const innermostPid = (procPid: string): number | undefined => {
+  const status = readFileSync(`/proc/${procPid}/status`, "latin1")
+  const line = status.split("\n").find((l) => l.startsWith("NSpid:"))
+  const last = line?.trim().split(/\s+/).pop()
+  return last === undefined || !/^\d+$/.test(last) ? undefined : Number(last)
+}
+
+/**
+ * DUR-06 across PID namespaces on Linux: the processes of `/proc` that live in `namespace`, if any
+ * are visible from here, and among them the one whose own pid is `pid` (with `startTime`, when the
+ * lock recorded one; the start time counts from boot, the same in every namespace).
+ *
+ * @internal
+ */
+export const procInNamespace = (namespace: string, pid: number, startTime: string | undefined): NamespaceLookup => {
+  let visible = false
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      if (readlinkSync(`/proc/${entry}/ns/pid`) !== namespace) continue
+      visible = true
+      if (innermostPid(entry) !== pid) continue
+      if (startTime === undefined || procStartTime(Number(entry)) === startTime) return "Running"
+    } catch {
+      // the process ended while we looked, or is not ours to inspect
+    }
+  }
+  return visible ? "Gone" : "Invisible"
+}
+
 type Liveness = "Running" | "Gone" | "Elsewhere"
 
-/** A probe that throws cannot tell, and must not let us steal a lock: the process counts as running. */
+/**
+ * A probe that throws cannot tell, and must not let us steal a lock: the process counts as running.
+ * A lock written in another PID namespace is judged in that namespace when it is visible from here
+ * (PERS-01: a pid of ours that happens to equal the owner's says nothing about the owner). When it
+ * is not (a sibling namespace, or one that is gone, as after a container restart) the pid and start
+ * time are judged as seen here, which is what lets a restarted container's PID 1 take over its own
+ * stale lock; processes of sibling PID namespaces sharing a directory need distinct host names.
+ */
 const livenessOf = (ctx: LockContext, owner: LockOwner): Liveness => {
   if (owner.host !== ctx.self.host) return "Elsewhere"
   try {
+    const namespace = owner.pidNamespace
+    if (namespace !== undefined && ctx.self.pidNamespace !== undefined && namespace !== ctx.self.pidNamespace) {
+      const found = ctx.inNamespace(namespace, owner.pid, owner.startTime)
+      if (found !== "Invisible") return found
+    }
     if (!ctx.isProcessAlive(owner.pid)) return "Gone"
     // A v1 lock, or one written where start times cannot be read: the pid alone decides.
     if (owner.startTime === undefined) return "Running"
@@ -441,15 +510,20 @@ const listDirectory = (files: LockFiles) =>
   )
 
 /**
- * DUR-06: whether a leftover may go. Its writer must be gone (or it is over 60 s old: nothing we
- * write lives that long). A temp file is only ever used by its writer; a guard also must protect
- * nothing any more — no lock or guard has its key, and none ever will (keys are not reused).
+ * DUR-06: whether a leftover may go. A guard must protect nothing any more — no lock or guard has
+ * its key, and none ever will (keys are not reused). A file that names its writer goes when that
+ * writer is gone: a live one keeps it however long it is paused (it still needs its temp file). A
+ * file of another host, or one that names nobody, goes once over 60 s old (then, at worst, a paused
+ * writer's own attempt fails; nobody gets a lock wrongly).
  */
 const isRemovable = (ctx: LockContext, leftover: Leftover, entry: Entry, keysInUse: ReadonlySet<string>): boolean => {
   if (entry._tag === "Missing" || entry._tag === "Foreign") return false
   if (leftover.kind === "break" && keysInUse.has(leftover.key)) return false
-  if (entry.ageMillis >= v1LeftoverAgeMillis) return true
-  return entry._tag === "Owned" && livenessOf(ctx, entry.owner) === "Gone"
+  if (entry._tag === "Owned") {
+    const liveness = livenessOf(ctx, entry.owner)
+    if (liveness !== "Elsewhere") return liveness === "Gone"
+  }
+  return entry.ageMillis >= v1LeftoverAgeMillis
 }
 
 const sweepSession = (ctx: LockContext, id: string, leftovers: ReadonlyArray<Leftover>) =>

@@ -237,6 +237,17 @@ export const make = (options: {
       )
     }
 
+    /** Answers every batch of a commit that died (an answer already given stays: a resume counts once). */
+    const refuseAll = (batch: ReadonlyArray<Pending>, cause: Cause.Cause<unknown>): void => {
+      const refused = Exit.fail(
+        new SessionError.PersistenceError({
+          reason: `committing the appends of ${batch.length} session(s) failed unexpectedly: ${describe(cause)}`,
+          cause: Cause.squash(cause)
+        })
+      )
+      for (const pending of batch) pending.resume(refused)
+    }
+
     const closed = (id: SessionId): Outcome =>
       Exit.fail(
         new SessionError.PersistenceError({
@@ -258,7 +269,9 @@ export const make = (options: {
           if (next === STOP) stopping = true
           else batch.push(next)
         }
-        yield* commit(batch)
+        // CORE-01: a defect outside the transaction (a tracer, a callback) must not kill the loop and
+        // leave this batch and every later one waiting forever: its callers get the failure
+        yield* Effect.catchAllCause(commit(batch), (cause) => Effect.sync(() => refuseAll(batch, cause)))
         if (stopping) return
       }
     })
