@@ -31,6 +31,7 @@ import { AgentEvent } from "./AgentEvent.js"
 import type { AgentEntry, AgentFactory, AgentPublisher } from "./AgentRegistry.js"
 import { AgentRegistry, currentInitiatorRef } from "./AgentRegistry.js"
 import * as internalRegistry from "./internal/agentRegistry.js"
+import * as codec from "./internal/eventCodec.js"
 import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
@@ -874,6 +875,7 @@ export const make: Effect.Effect<
               // the replay is then the agent's inbox: the log is folded once (B4, B8)
               const replayed = yield* internalInbox.replay(id, events, stored.header.seedLength)
               if (closers.length > 0) {
+                yield* codec.checkBeforeWrite(closers) // DUR-01: what the reader accepts, or nothing
                 yield* opened.writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
               }
               const session = yield* internalSession.makeIn(build.sessionScope, {

@@ -164,6 +164,17 @@ describe("one codec for append and read (DUR-01, DUR-09, DUR-10)", () => {
     { fastCheck: { numRuns: 400 } }
   )
 
+  it("DUR-01 events written without a session (repair closers) are checked by the reader's rules first", () => {
+    const valid = { seq: 3, time: 0, type: "turn/end", data: { turn: 1, reason: { kind: "interrupted" } } }
+    assert.isTrue(Either.isRight(codec.checkBeforeWrite([valid as SessionEvent.SessionEvent])))
+    const refused = codec.checkBeforeWrite([
+      valid as SessionEvent.SessionEvent,
+      { seq: 4, time: 0, type: "tool/result", data: { turn: 1, step: 1, message: { id: "" } } } as never
+    ])
+    assert.isTrue(Either.isLeft(refused))
+    if (Either.isLeft(refused)) assert.strictEqual(refused.left.type, "tool/result")
+  })
+
   it("DUR-01 the fast path of the reader and the full decode agree on the same record", () => {
     // a record the fast path (acceptParsedEvent) declines is decided by storedEvent, and both agree
     const deep = JSON.parse(`{"seq":0,"time":0,"type":"test/x","data":${"[".repeat(1_001)}${"]".repeat(1_001)}}`)

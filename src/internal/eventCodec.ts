@@ -152,6 +152,24 @@ export const storedEvent = (raw: unknown, expectedSeq: number): Either.Either<Se
   return Either.right(Object.freeze({ seq, time, type, data: checked.right }) as SessionEvent.SessionEvent)
 }
 
+/**
+ * DUR-01 for events built in process and written without a session (repair closers at resume):
+ * each must be one the reader accepts at its position, or nothing is written.
+ *
+ * @internal
+ */
+export const checkBeforeWrite = (
+  events: ReadonlyArray<SessionEvent.SessionEvent>
+): Either.Either<void, SessionError.InvalidEventData> => {
+  for (const event of events) {
+    const checked = storedEvent(event, event.seq)
+    if (Either.isLeft(checked)) {
+      return Either.left(new SessionError.InvalidEventData({ type: event.type, reason: checked.left.reason }))
+    }
+  }
+  return Either.void
+}
+
 // -------------------------------------------------------------------------------------------------
 // The fast path for records that `JSON.parse` just produced (the resume path of every session).
 //
