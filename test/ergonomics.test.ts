@@ -3,7 +3,21 @@
  * over the real runtime layers, memory persistence and the scripted model.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Context, Deferred, Duration, Effect, Exit, Layer, Option, Ref, Schema, Scope, Stream, TestClock } from "effect"
+import {
+  Chunk,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Option,
+  Ref,
+  Schema,
+  Scope,
+  Stream,
+  TestClock
+} from "effect"
 import * as AgentError from "../src/AgentError.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
@@ -451,8 +465,11 @@ describe("PKG-05 shutdown note", () => {
         // REQ-03: the request is the log's history at dispatch (rebuilt from the log alone), the
         // note before the new input
         const events = yield* agent.session.events
-        const answered = events.find((event) => event.type === "assistant/message" && event.seq >= agent.session.firstLiveSeq)!
-        assert.deepStrictEqual(request.messages, Session.deriveMessages(events.filter((event) => event.seq < answered.seq)))
+        const answered = events.find((event) =>
+          event.type === "assistant/message" && event.seq >= agent.session.firstLiveSeq
+        )!
+        const beforeAnswer = events.filter((event) => event.seq < answered.seq)
+        assert.deepStrictEqual(request.messages, Session.deriveMessages(beforeAnswer))
         assert.deepStrictEqual(request.messages.map((m) => m.id), [...history.map((m) => m.id), "m2"])
       }).pipe(Effect.provide(second.context))
     }))
@@ -520,7 +537,9 @@ describe("PKG-06 route validation", () => {
         const { agent } = yield* registry.create({ sessionId: "s" })
         yield* agent.followup(Message.user("hi"))
         yield* agent.whenIdle
-        const [reason] = turnEnds(yield* agent.session.events) as ReadonlyArray<{ readonly error?: { readonly code: string } }>
+        const [reason] = turnEnds(yield* agent.session.events) as ReadonlyArray<
+          { readonly error?: { readonly code: string } }
+        >
         assert.strictEqual(reason?.error?.code, "NO_ROUTE")
         assert.deepStrictEqual(yield* requestsOf, [])
       }).pipe(Effect.provide(rt.context))
@@ -541,13 +560,16 @@ describe("PKG-06 route validation", () => {
       const after = yield* runtime([], { storage, routes })
       yield* Effect.gen(function*() {
         const registry = yield* AgentRegistry
-        const { agent } = yield* registry.resume({ sessionId: "s" })
+        const handle = yield* registry.resume({ sessionId: "s" })
+        const agent = handle.agent
         assert.strictEqual(textOfLast(yield* agent.session.messages), "stored")
         yield* agent.inject(Message.user("pending", { id: "m2" }))
         yield* agent.cancel({ kind: "user" })
         assert.deepStrictEqual(yield* agent.inbox.nextStep, [])
-        // an explicit route on resume is not validated either
-        yield* agent.whenIdle
+        yield* handle.dispose
+        // a route given to resume is not validated either
+        const again = yield* registry.resume({ sessionId: "s", options: { provider: "retired", model: "older" } })
+        assert.strictEqual(again.agent.options.model, "older")
       }).pipe(Effect.provide(after.context))
     }))
 })
