@@ -407,6 +407,15 @@ describe("PKG-03 owned children by id", () => {
         // the live agent is found (bare, without dispose) through get
         assert.strictEqual(Option.getOrUndefined(yield* registry.get("s")), agent)
       }).pipe(Effect.provide(rt.context))
+      // without persistence: the create it falls back to finds the id live
+      const volatile = yield* Layer.build(AgentRuntime.layer.pipe(Layer.provideMerge(Model.layerScripted([]))))
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        yield* registry.create({ sessionId: "v", options: route })
+        const error = yield* Effect.flip(registry.resumeOrCreate({ sessionId: "v", options: route }))
+        assert.instanceOf(error, AgentError.AgentAlreadyExists)
+        assert.strictEqual((error as AgentError.AgentAlreadyExists).where, "live")
+      }).pipe(Effect.provide(volatile))
     }))
 })
 
