@@ -250,6 +250,23 @@ describe("PKG-03 registerAll and toolkits", () => {
         assert.deepStrictEqual((yield* global.list).map((t) => t.name), ["count", "read", "greet"])
         yield* Scope.close(scope, Exit.void)
         assert.deepStrictEqual((yield* global.list).map((t) => t.name), ["count"])
+        // the call requires what the tools require (checked by the type checker)
+        // @ts-expect-error: greet needs Greeting
+        const unprovided: Effect.Effect<void, unknown, Scope.Scope> = global.registerAll([read, greet])
+        assert.isTrue(Effect.isEffect(unprovided))
+      }).pipe(Effect.provide(rt.context))
+    }))
+
+  it.scoped("PKG-03 LIFE-06 registerAll on an agent whose teardown began fails AgentInactive and registers nothing", () =>
+    Effect.gen(function*() {
+      const rt = yield* runtime([])
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const handle = yield* registry.create({ sessionId: "s", options: route })
+        yield* handle.dispose
+        const error = yield* Effect.flip(handle.agent.tools.registerAll([read, count]))
+        assert.instanceOf(error, AgentError.AgentInactive)
+        assert.deepStrictEqual(yield* handle.agent.tools.list, [])
       }).pipe(Effect.provide(rt.context))
     }))
 })
@@ -508,6 +525,20 @@ describe("PKG-05 shutdown note", () => {
 
 describe("PKG-06 route validation", () => {
   const routes = [{ provider: "scripted", model: "test" }]
+
+  it.scoped("PKG-06 Model.scripted with routes implements validateRoute; without routes it has none", () =>
+    Effect.gen(function*() {
+      const withRoutes = yield* Model.scripted([], { routes })
+      const model = yield* Effect.provide(Model.Model, withRoutes.layer)
+      yield* model.validateRoute!("scripted", "test")
+      const refused = yield* Effect.flip(model.validateRoute!("scripted", "other"))
+      assert.instanceOf(refused, Model.RouteRefused)
+      assert.deepStrictEqual([refused.provider, refused.model], ["scripted", "other"])
+      const none = yield* Effect.provide(Model.Model, (yield* Model.scripted([], { routes: [] })).layer)
+      assert.include((yield* Effect.flip(none.validateRoute!("scripted", "test"))).reason, "serves no route")
+      const plain = yield* Effect.provide(Model.Model, (yield* Model.scripted([])).layer)
+      assert.isUndefined(plain.validateRoute)
+    }))
 
   it.scoped("PKG-06 PUB-10 create with a route the model refuses fails InvalidAgentOptions with its reason; nothing is stored or published", () =>
     Effect.gen(function*() {
