@@ -99,6 +99,28 @@ export interface ResumeOptions<E = never, R = never> {
 }
 
 /**
+ * Where `agent.send` puts a message and whether it wakes the agent (PKG-03).
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export interface SendOptions {
+  /** Default `"next-turn"`. */
+  readonly target?: InboxTarget | undefined
+  /** Default `true`. */
+  readonly wake?: boolean | undefined
+}
+
+/**
+ * What `agent.spawn` takes: the options of a create, without `parentAgent` (the spawning agent is
+ * the parent).
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export type SpawnOptions<E = never, R = never> = Omit<CreateOptions<E, R>, "parentAgent">
+
+/**
  * The owner-only teardown capability.
  *
  * @since 0.1.0
@@ -131,11 +153,20 @@ export interface Agent {
   readonly events: Stream.Stream<AgentEvent>
   /** The eager form of `events`. */
   readonly subscribe: Effect.Effect<Stream.Stream<AgentEvent>, never, Scope.Scope>
-  readonly send: (
-    message: UserMessage,
-    target: InboxTarget,
-    wake: boolean
-  ) => Effect.Effect<void, AgentError.SendError>
+  /**
+   * The general form of `followup`, `steer` and `inject` (PKG-03): `target` defaults to
+   * `"next-turn"` and `wake` to `true`, so `send(m)` is `followup(m)`,
+   * `send(m, { target: "next-step" })` is `steer(m)` and `send(m, { target: "next-step", wake: false })`
+   * is `inject(m)`.
+   */
+  readonly send: {
+    (message: UserMessage, options?: SendOptions | undefined): Effect.Effect<void, AgentError.SendError>
+    /**
+     * @deprecated since 0.2.0: use `send(message, { target, wake })`. The positional form stays so
+     * v1 code keeps working.
+     */
+    (message: UserMessage, target: InboxTarget, wake: boolean): Effect.Effect<void, AgentError.SendError>
+  }
   /** next-turn, wakes. */
   readonly followup: (message: UserMessage) => Effect.Effect<void, AgentError.SendError>
   /** next-step, wakes. */
@@ -160,10 +191,20 @@ export interface Agent {
     E | AgentError.AgentBusy | AgentError.AgentCanceled | AgentError.AgentInactive | AgentError.AgentBroken,
     R
   >
-  /** Creates an owned child, disposed with this agent (OWN-03). */
-  readonly spawn: <E = never, R = never>(
-    options: Omit<CreateOptions<E, R>, "parentAgent">
-  ) => Effect.Effect<AgentHandle, AgentError.CreateError | E, Exclude<R, Scope.Scope>>
+  /**
+   * Creates an owned child, disposed with this agent (OWN-03). With `resume: true` (PKG-03) a child
+   * whose session is stored is resumed instead (else created), owned all the same: the way to bring
+   * an owned child back after a restart. As with `registry.resumeOrCreate`, `seed`, `meta` and
+   * `fork` only apply when it is created; a child that is live already fails `SessionAlreadyLive`.
+   */
+  readonly spawn: {
+    <E = never, R = never>(
+      options: SpawnOptions<E, R> & { readonly resume?: false | undefined }
+    ): Effect.Effect<AgentHandle, AgentError.CreateError | E, Exclude<R, Scope.Scope>>
+    <E = never, R = never>(
+      options: SpawnOptions<E, R> & { readonly resume: boolean }
+    ): Effect.Effect<AgentHandle, AgentError.CreateError | AgentError.ResumeError | E, Exclude<R, Scope.Scope>>
+  }
   /** Creates an agent seeded from this one's log (FORK-01), owned by the caller's Scope. */
   readonly fork: <E = never, R = never>(
     options:

@@ -270,6 +270,23 @@ export class ModelError extends Schema.TaggedError<ModelError>("effect-agent/Mod
 }
 
 /**
+ * What a model's `validateRoute` answers for a route it cannot serve (PKG-06); `create` turns it
+ * into `InvalidAgentOptions` before anything is published.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class RouteRefused extends Schema.TaggedError<RouteRefused>("effect-agent/RouteRefused")(
+  "RouteRefused",
+  { provider: Schema.String, model: Schema.String, reason: Schema.String }
+) {
+  override get message(): string {
+    return `the installed model cannot serve provider ${JSON.stringify(this.provider)} model ` +
+      `${JSON.stringify(this.model)}: ${this.reason}`
+  }
+}
+
+/**
  * What creating an agent can fail with.
  *
  * @since 0.1.0

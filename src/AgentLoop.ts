@@ -25,7 +25,17 @@ import {
   Scope,
   Stream
 } from "effect"
-import type { Agent, AgentHandle, AgentOptions, AgentSetup, CreateOptions, ResumeOptions, Setup } from "./Agent.js"
+import type {
+  Agent,
+  AgentHandle,
+  AgentOptions,
+  AgentSetup,
+  CreateOptions,
+  ResumeOptions,
+  SendOptions,
+  Setup,
+  SpawnOptions
+} from "./Agent.js"
 import * as AgentError from "./AgentError.js"
 import { AgentEvent } from "./AgentEvent.js"
 import type { AgentEntry, AgentFactory, AgentPublisher } from "./AgentRegistry.js"
@@ -47,7 +57,7 @@ import * as Repair from "./Repair.js"
 import * as Session from "./Session.js"
 import * as SessionError from "./SessionError.js"
 import type { InboxChange } from "./Inbox.js"
-import type { SessionEvent } from "./SessionEvent.js"
+import type { InboxTarget, SessionEvent } from "./SessionEvent.js"
 import type { SessionWriter } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import type { SessionEntry } from "./SessionStore.js"
@@ -406,13 +416,20 @@ export const make: Effect.Effect<
         build.driver = driver
         // built on demand: an Error per agent would cost its stack trace on every create (B1)
         const inactiveError = () => new AgentError.AgentInactive({ id: build.id })
-        const spawn: Agent["spawn"] = (spawnOptions) =>
+        // OWN-03: the child's owner is this agent's Scope; with `resume: true` a stored child is
+        // resumed under the same owner (PKG-03)
+        const spawn = <E, R>(
+          { resume, ...spawnOptions }: SpawnOptions<E, R> & { readonly resume?: boolean | undefined }
+        ): Effect.Effect<AgentHandle, AgentError.CreateError | AgentError.ResumeError | E, Exclude<R, Scope.Scope>> =>
           Effect.suspend(() =>
             driver.isActive()
-              ? Effect.flatMap(
-                agentScopeOf(build),
-                (agentScope) => registry.create({ ...spawnOptions, parentAgent: agent! }).pipe(Scope.extend(agentScope))
-              )
+              ? Effect.flatMap(agentScopeOf(build), (agentScope) => {
+                const childOptions = { ...spawnOptions, parentAgent: agent! }
+                return Scope.extend(
+                  resume === true ? registry.resumeOrCreate(childOptions) : registry.create(childOptions),
+                  agentScope
+                )
+              })
               : Effect.fail(inactiveError())
           )
         const fork: Agent["fork"] = ({ childId, upTo, ...rest }) =>
@@ -438,7 +455,11 @@ export const make: Effect.Effect<
           get subscribe() {
             return feed.subscribe
           },
-          send: driver.send,
+          send(message: Message.UserMessage, second?: SendOptions | InboxTarget | undefined, wake?: boolean) {
+            return typeof second === "string"
+              ? driver.send(message, second, wake === true)
+              : driver.send(message, second?.target ?? "next-turn", second?.wake ?? true)
+          },
           followup(message) {
             return driver.send(message, "next-turn", true)
           },
@@ -781,6 +802,25 @@ export const make: Effect.Effect<
     return Option.isSome(live) ? Effect.fail(collision()) : then
   }
 
+  /**
+   * PKG-06: a create whose provider and model are both set asks the model, when it can validate
+   * routes, before anything is stored or published; a refusal is `InvalidAgentOptions` with the
+   * model's reason. A missing route is not refused (RES-07/08: `NO_ROUTE` at the first request).
+   */
+  const routeAccepted = <A, E, R>(
+    options: AgentOptions,
+    then: Effect.Effect<A, E, R>
+  ): Effect.Effect<A, E | AgentError.InvalidAgentOptions, R> => {
+    if (model.validateRoute === undefined || options.provider === undefined || options.model === undefined) return then
+    return Effect.zipRight(
+      Effect.mapError(
+        model.validateRoute(options.provider, options.model),
+        (refused) => new AgentError.InvalidAgentOptions({ reason: refused.message })
+      ),
+      then
+    )
+  }
+
   const create = <E, R>(
     options: CreateOptions<E, R>,
     owner: Scope.Scope,
@@ -803,7 +843,7 @@ export const make: Effect.Effect<
         return Effect.fail(new AgentError.InvalidAgentOptions({ reason: "the seed ends inside an open turn" }))
       }
       const collision = () => new AgentError.AgentAlreadyExists({ id, where: "live" })
-      return unlessLive(
+      return routeAccepted(agentOptions, unlessLive(
         id,
         collision,
         transaction(id, owner, publisher, (build, restore) =>
@@ -848,7 +888,7 @@ export const make: Effect.Effect<
               )
           )
         )
-      )
+      ))
     })
 
   const resume = <E, R>(options: ResumeOptions<E, R>, owner: Scope.Scope, publisher: AgentPublisher) =>

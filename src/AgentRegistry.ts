@@ -79,9 +79,22 @@ export class AgentRegistry extends Context.Tag("effect-agent/AgentRegistry")<Age
   readonly create: <E = never, R = never>(
     options: CreateOptions<E, R>
   ) => Effect.Effect<AgentHandle, AgentError.CreateError | E, Scope.Scope | Exclude<R, Scope.Scope>>
+  /**
+   * Resumes a stored session (RES), owned by the caller's Scope. With `parentAgent` the agent is a
+   * *detached* child of it, as with `create` (OWN-03, REG-07): owned by the parent only while both
+   * are live. For a child disposed with its parent, use `parent.spawn({ sessionId, resume: true })`.
+   */
   readonly resume: <E = never, R = never>(
     options: ResumeOptions<E, R>
   ) => Effect.Effect<AgentHandle, AgentError.ResumeError | E, Scope.Scope | Exclude<R, Scope.Scope>>
+  /**
+   * Resumes the session when it is stored (ignoring `seed`, `meta` and `fork`), else creates it;
+   * `AgentSessionStart.source` tells which. It never hands out an agent that is live already: a
+   * handle carries `dispose`, which only the agent's owner has (OWN-05). So an id live in this
+   * process fails `SessionAlreadyLive` (`AgentAlreadyExists{where:"live"}` without persistence)
+   * and the live agent is left untouched; `get(id)` gives the bare live agent. A stored session
+   * that cannot be read is a loud error, never replaced.
+   */
   readonly resumeOrCreate: <E = never, R = never>(
     options: CreateOptions<E, R>
   ) => Effect.Effect<

@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import type { SqlClient } from "@effect/sql"
-import { Layer } from "effect"
+import { Effect, Layer, Option } from "effect"
 import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentLoop from "./AgentLoop.js"
 import * as AgentRegistry from "./AgentRegistry.js"
@@ -31,16 +31,34 @@ export type Services =
   | Tool.ToolRegistry
   | Tool.LoopHooks
 
+// PKG-03: the global registries of the context when there are (a `Tool.layerGlobalWith(...)` or
+// `Tool.layerGlobalHooks` provided around the runtime), else empty ones: never shadowed.
+const globalToolsFromContext: Layer.Layer<Tool.ToolRegistry> = Layer.unwrapEffect(
+  Effect.map(
+    Effect.serviceOption(Tool.ToolRegistry),
+    Option.match({ onNone: () => Tool.layerGlobal, onSome: (tools) => Layer.succeed(Tool.ToolRegistry, tools) })
+  )
+)
+const globalHooksFromContext: Layer.Layer<Tool.LoopHooks> = Layer.unwrapEffect(
+  Effect.map(
+    Effect.serviceOption(Tool.LoopHooks),
+    Option.match({ onNone: () => Tool.layerGlobalHooks, onSome: (hooks) => Layer.succeed(Tool.LoopHooks, hooks) })
+  )
+)
+
 /**
  * The runtime over the `SessionPersistence` of the context, if any (without one, agents live in
- * memory only and `resume` fails `PersistenceNotConfigured`), and the `Model` of the context.
+ * memory only and `resume` fails `PersistenceNotConfigured`), and the `Model` of the context. A
+ * global `Tool.ToolRegistry` or `Tool.LoopHooks` of the context (e.g. `Tool.layerGlobalWith([...])`
+ * provided around the runtime) is the one its agents use and the one it provides; else it
+ * provides empty ones (PKG-03).
  *
  * @since 0.1.0
  * @category layers
  */
 export const layer: Layer.Layer<Services, FactoryAlreadySet, Model> = AgentLoop.layer.pipe(
   Layer.provideMerge(
-    Layer.mergeAll(AgentRegistry.layer, SessionStore.layer, Tool.layerGlobal, Tool.layerGlobalHooks)
+    Layer.mergeAll(AgentRegistry.layer, SessionStore.layer, globalToolsFromContext, globalHooksFromContext)
   )
 )
 

@@ -6,6 +6,7 @@
 import type { Schema, Scope, Stream } from "effect"
 import { Context, Effect, Layer } from "effect"
 import type { ModelError } from "./AgentError.js"
+import { RouteRefused } from "./AgentError.js"
 import * as scriptedModel from "./internal/scripted.js"
 import type { Message, SessionId } from "./Message.js"
 import type { FinishReason, JsonRecord, Usage } from "./SessionEvent.js"
@@ -15,7 +16,12 @@ export {
    * @since 0.1.0
    * @category errors
    */
-  ModelError
+  ModelError,
+  /**
+   * @since 0.2.0
+   * @category errors
+   */
+  RouteRefused
 } from "./AgentError.js"
 
 /**
@@ -63,14 +69,49 @@ export type ModelChunk =
   | { readonly _tag: "Finish"; readonly reason: FinishReason; readonly usage?: Usage | undefined }
 
 /**
- * The model service.
+ * The model service. `validateRoute` is optional (PKG-06): when a model has it, `create` asks it
+ * about the agent's provider and model (when both are set) and fails `InvalidAgentOptions` with
+ * its reason when it refuses. `resume` never asks (a stored session stays cancellable and
+ * readable), and a missing route is never refused here (`NO_ROUTE` at the first request, RES-07/08).
  *
  * @since 0.1.0
  * @category services
  */
 export class Model extends Context.Tag("effect-agent/Model")<Model, {
   readonly stream: (request: ModelRequest) => Stream.Stream<ModelChunk, ModelError>
+  /**
+   * Succeeds when this model can serve `provider`/`model`, else fails `RouteRefused` with the
+   * reason.
+   *
+   * @since 0.2.0
+   */
+  readonly validateRoute?: ((provider: string, model: string) => Effect.Effect<void, RouteRefused>) | undefined
 }>() {}
+
+/**
+ * A route a model serves, as `Model.scripted`'s `routes` option lists them.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface RouteName {
+  readonly provider: string
+  readonly model: string
+}
+
+/**
+ * Options of {@link scripted} and {@link layerScripted}.
+ *
+ * @since 0.2.0
+ * @category testing
+ */
+export interface ScriptedOptions {
+  /**
+   * When set, the model implements `validateRoute` and serves exactly these routes (PKG-06), so
+   * `create` with another provider/model fails `InvalidAgentOptions`.
+   */
+  readonly routes?: ReadonlyArray<RouteName> | undefined
+}
 
 /**
  * One part of a scripted reply (see {@link scripted}). Build parts with {@link text},
@@ -155,18 +196,63 @@ export const fail = (code: string): ReplyPart => Object.freeze({ _tag: "Fail", c
 export const hang = (prefix: string): ReplyPart => Object.freeze({ _tag: "Hang", prefix })
 
 /**
- * A scripted model and what it was asked.
+ * What a test reads from a scripted model: the requests it was asked.
  *
- * @since 0.1.0
+ * @since 0.2.0
  * @category testing
  */
-export interface Scripted {
-  readonly layer: Layer.Layer<Model>
+export interface ScriptedRequests {
   /** Every request so far, in arrival order. */
   readonly requests: Effect.Effect<ReadonlyArray<ModelRequest>>
   /** Completes when the `n`-th request (numbered from 1) has arrived; at once if it already did. */
   readonly awaitRequest: (n: number) => Effect.Effect<ModelRequest>
 }
+
+/**
+ * A scripted model and what it was asked.
+ *
+ * @since 0.1.0
+ * @category testing
+ */
+export interface Scripted extends ScriptedRequests {
+  readonly layer: Layer.Layer<Model>
+}
+
+/**
+ * The requests of the scripted model that {@link layerScripted} provides beside it (PKG-03).
+ *
+ * @since 0.2.0
+ * @category testing
+ */
+export class ScriptedModel extends Context.Tag("effect-agent/ScriptedModel")<ScriptedModel, ScriptedRequests>() {}
+
+/** The script, as the scripted model takes it. */
+type ScriptSource = Script | Readonly<Record<string, Script>> | ((request: ModelRequest, n: number) => Reply)
+
+/** PKG-06: a scripted model with `routes` serves exactly those. */
+const routeValidator = (
+  routes: ReadonlyArray<RouteName> | undefined
+): { readonly validateRoute?: (provider: string, model: string) => Effect.Effect<void, RouteRefused> } => {
+  if (routes === undefined) return {}
+  const served = routes.map((route) => `${JSON.stringify(route.provider)}/${JSON.stringify(route.model)}`)
+  return {
+    validateRoute: (provider, model) =>
+      routes.some((route) => route.provider === provider && route.model === model)
+        ? Effect.void
+        : Effect.fail(
+          new RouteRefused({
+            provider,
+            model,
+            reason: served.length === 0
+              ? "this scripted model serves no route"
+              : `this scripted model serves only ${served.join(", ")}`
+          })
+        )
+  }
+}
+
+const modelOf = (model: scriptedModel.ScriptedModel, options: ScriptedOptions | undefined): Model["Type"] =>
+  Model.of({ stream: model.stream, ...routeValidator(options?.routes) })
 
 /**
  * The deterministic test model (SPEC §8.2). The script is either
@@ -178,6 +264,8 @@ export interface Scripted {
  * sessions. A request beyond its script fails with `ModelError{code: "SCRIPT_EXHAUSTED"}`. Every
  * reply that neither fails nor hangs ends with a `Finish` chunk carrying a deterministic usage
  * (one input token per request message, one output token per streamed character). No timers.
+ * With `routes` it validates routes (PKG-06). See {@link layerScripted} for the same model as a
+ * plain layer.
  *
  * @example
  * ```ts
@@ -197,10 +285,47 @@ export interface Scripted {
  * @category testing
  */
 export const scripted = (
-  script: Script | Readonly<Record<string, Script>> | ((request: ModelRequest, n: number) => Reply)
+  script: ScriptSource,
+  options?: ScriptedOptions | undefined
 ): Effect.Effect<Scripted, never, Scope.Scope> =>
   Effect.map(scriptedModel.make(script), (model) => ({
-    layer: Layer.succeed(Model, Model.of({ stream: model.stream })),
+    layer: Layer.succeed(Model, modelOf(model, options)),
     requests: model.requests,
     awaitRequest: model.awaitRequest
   }))
+
+/**
+ * The scripted model of {@link scripted} as a layer (PKG-03): no Scope to manage. It provides the
+ * `Model` and, beside it, `ScriptedModel` with the model's `requests` and `awaitRequest`. Each
+ * build of the layer is a fresh model with a fresh request count.
+ *
+ * @example
+ * ```ts
+ * import { Effect, Layer } from "effect"
+ * import { AgentRegistry, AgentRuntime, Message, Model } from "effect-agent"
+ *
+ * const ModelLive = Model.layerScripted([Model.text("hello")])
+ * const RuntimeLive = AgentRuntime.layer.pipe(Layer.provideMerge(ModelLive))
+ *
+ * const program = Effect.gen(function*() {
+ *   const registry = yield* AgentRegistry.AgentRegistry
+ *   const { agent } = yield* registry.create({ sessionId: "demo", options: { provider: "scripted", model: "demo" } })
+ *   yield* agent.followup(Message.user("hi"))
+ *   const first = yield* Effect.flatMap(Model.ScriptedModel, (model) => model.awaitRequest(1))
+ *   return first.messages
+ * }).pipe(Effect.scoped, Effect.provide(RuntimeLive))
+ * ```
+ *
+ * @since 0.2.0
+ * @category testing
+ */
+export const layerScripted = (
+  script: ScriptSource,
+  options?: ScriptedOptions | undefined
+): Layer.Layer<Model | ScriptedModel> =>
+  Layer.effectContext(
+    Effect.map(scriptedModel.make(script), (model) =>
+      Context.make(Model, modelOf(model, options)).pipe(
+        Context.add(ScriptedModel, ScriptedModel.of({ requests: model.requests, awaitRequest: model.awaitRequest }))
+      ))
+  )

@@ -176,3 +176,13 @@ export const make = (options: {
  * @category history
  */
 export { derive as deriveMessages, interruptedNote } from "./internal/history.js"
+
+/**
+ * The fixed text of the system note the history carries after a turn that a dispose interrupted
+ * (`turn/end {kind:"aborted", cause:{kind:"disposed"}}`), as `interruptedNote` after a crash
+ * (PKG-05). Derived from the log alone, so v1 logs get it too.
+ *
+ * @since 0.2.0
+ * @category history
+ */
+export { shutdownNote } from "./internal/history.js"

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Either, Scope } from "effect"
-import { Context, Effect, Layer } from "effect"
+import { Context, Duration, Effect, Layer, Option } from "effect"
 import type { Schema } from "effect"
 import type { Agent } from "./Agent.js"
 import type { AgentInactive, DuplicateTool, ModelError } from "./AgentError.js"
@@ -51,6 +51,13 @@ export interface Tool<Fields extends Schema.Struct.Fields, E = never, R = never>
   readonly parameters: Schema.Struct<Fields>
   readonly mode: "parallel" | "exclusive"
   readonly run: (args: Schema.Struct.Type<Fields>, context: ToolContext) => Effect.Effect<ToolResult, E, R>
+  /**
+   * How long one call may run (PKG-03): a call still running then is interrupted and gets an error
+   * result `TOOL_TIMEOUT` that the model sees. No limit when unset.
+   *
+   * @since 0.2.0
+   */
+  readonly timeout?: Duration.Duration | undefined
 }
 
 /**
@@ -65,10 +72,84 @@ export interface Any {
   readonly parameters: Schema.Struct<any>
   readonly mode: "parallel" | "exclusive"
   readonly run: (args: any, context: ToolContext) => Effect.Effect<ToolResult, unknown>
+  /** @since 0.2.0 */
+  readonly timeout?: Duration.Duration | undefined
 }
 
 /**
- * Defines a tool.
+ * A tool with any parameters, failures and requirements: what {@link ToolRegistryShape.registerAll}
+ * takes, so tools with different parameter schemas can be registered together.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type Unknown = Tool<any, any, any>
+
+/**
+ * The requirements of a list of tools.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export type Requirements<Tools extends ReadonlyArray<Unknown>> = RequirementsOf<Tools[number]>
+
+type RequirementsOf<T> = T extends Tool<any, any, infer R> ? R : never
+
+/**
+ * Several tools, registered together with `registerAll` (PKG-03).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface Toolkit<Tools extends ReadonlyArray<Unknown> = ReadonlyArray<Unknown>> {
+  readonly _tag: "Toolkit"
+  readonly tools: Tools
+}
+
+/**
+ * Groups tools (of any parameter schemas) into a value that `registerAll` and
+ * {@link layerGlobalWith} take.
+ *
+ * @example
+ * ```ts
+ * import { Effect, Schema } from "effect"
+ * import * as Tool from "effect-agent/Tool"
+ *
+ * const files = Tool.toolkit(
+ *   Tool.make({
+ *     name: "read",
+ *     description: "Reads a file",
+ *     parameters: Schema.Struct({ path: Schema.String }),
+ *     run: ({ path }) => Effect.succeed(Tool.text(path))
+ *   }),
+ *   Tool.make({
+ *     name: "count",
+ *     description: "Counts to n",
+ *     parameters: Schema.Struct({ n: Schema.Number }),
+ *     run: ({ n }) => Effect.succeed(Tool.text(String(n)))
+ *   })
+ * )
+ * ```
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const toolkit = <const Tools extends ReadonlyArray<Unknown>>(...tools: Tools): Toolkit<Tools> =>
+  Object.freeze({ _tag: "Toolkit", tools })
+
+/** A positive duration, or the reason the tool's `timeout` is not one. */
+const decodeTimeout = (name: string, input: Duration.DurationInput): Duration.Duration => {
+  const decoded = Duration.decodeUnknown(input)
+  if (Option.isSome(decoded) && Duration.greaterThan(decoded.value, Duration.zero)) return decoded.value
+  throw new TypeError(
+    `Tool.make: the timeout of tool ${JSON.stringify(name)} must be a positive duration ` +
+      `(e.g. "30 seconds" or a number of milliseconds), got ${String(input)}`
+  )
+}
+
+/**
+ * Defines a tool. A `timeout` that is not a positive duration throws a `TypeError` here, where the
+ * tool is defined.
  *
  * @since 0.1.0
  * @category constructors
@@ -79,12 +160,21 @@ export const make = <Fields extends Schema.Struct.Fields, E = never, R = never>(
   readonly parameters: Schema.Struct<Fields>
   readonly mode?: "parallel" | "exclusive" | undefined
   readonly run: (args: Schema.Struct.Type<Fields>, context: ToolContext) => Effect.Effect<ToolResult, E, R>
+  /**
+   * How long one call may run (PKG-03); must be positive. A call still running then is interrupted
+   * and gets an error result `TOOL_TIMEOUT` (it may have partly run). Time is the `Clock`'s, so
+   * `TestClock` drives it in tests.
+   *
+   * @since 0.2.0
+   */
+  readonly timeout?: Duration.DurationInput | undefined
 }): Tool<Fields, E, R> => ({
   name: options.name,
   description: options.description,
   parameters: options.parameters,
   mode: options.mode ?? "parallel",
-  run: options.run
+  run: options.run,
+  ...(options.timeout !== undefined ? { timeout: decodeTimeout(options.name, options.timeout) } : {})
 })
 
 /**
@@ -152,6 +242,15 @@ export interface ToolRegistryShape {
   readonly register: <F extends Schema.Struct.Fields, E, R>(
     tool: Tool<F, E, R>
   ) => Effect.Effect<void, DuplicateTool | AgentInactive, Scope.Scope | R>
+  /**
+   * Registers several tools (of any parameter schemas), in order, until the Scope closes (PKG-03):
+   * all of them or, when one fails (`DuplicateTool`, also between two of `tools`), none.
+   *
+   * @since 0.2.0
+   */
+  readonly registerAll: <const Tools extends ReadonlyArray<Unknown>>(
+    tools: Tools | Toolkit<Tools>
+  ) => Effect.Effect<void, DuplicateTool | AgentInactive, Scope.Scope | Requirements<Tools>>
   /** Tools in registration order. */
   readonly list: Effect.Effect<ReadonlyArray<Any>>
 }
@@ -177,21 +276,23 @@ export const layerGlobal: Layer.Layer<ToolRegistry> = Layer.sync(
 )
 
 /**
- * A global tool registry holding `tools` (in this order) for the layer's lifetime. Two tools with
- * the same name fail the layer with `DuplicateTool`.
+ * A global tool registry holding `tools` (an array or a {@link toolkit}, in this order) for the
+ * layer's lifetime. Two tools with the same name fail the layer with `DuplicateTool`. Provided
+ * around an `AgentRuntime.layer*`, it is the registry the runtime's agents use (PKG-03).
  *
  * @since 0.1.0
  * @category layers
  */
-export const layerGlobalWith = (initial: ReadonlyArray<Any>): Layer.Layer<ToolRegistry, DuplicateTool> =>
+export const layerGlobalWith = (initial: ReadonlyArray<Any> | Toolkit<ReadonlyArray<Any>>): Layer.Layer<
+  ToolRegistry,
+  DuplicateTool
+> =>
   Layer.scoped(
     ToolRegistry,
     Effect.gen(function*() {
       const registry = tools.makeToolRegistry({ isActive: undefined })
-      for (const tool of initial) {
-        // The global registry has no owner to become inactive.
-        yield* registry.register(tool).pipe(Effect.catchTag("AgentInactive", Effect.die))
-      }
+      // The global registry has no owner to become inactive.
+      yield* registry.registerAll(initial).pipe(Effect.catchTag("AgentInactive", Effect.die))
       return registry
     })
   )

@@ -12,6 +12,7 @@ import {
   Chunk,
   Data,
   Deferred,
+  Duration,
   Effect,
   Either,
   Exit,
@@ -105,6 +106,20 @@ const ABORTED_TEXT = "The tool was interrupted by a cancellation while it was ru
   "verify its side effects before retrying it."
 const ABORTED_BEFORE_DISPATCH_TEXT = "The tool was not started: the turn was cancelled before it was dispatched."
 const DEFECT_TEXT = "The tool failed unexpectedly (a defect); its side effects are unknown."
+/** PKG-03: what the model sees when a tool ran past its `timeout` and was interrupted. */
+const timeoutText = (timeout: Duration.Duration) =>
+  `The tool did not finish within its timeout of ${Duration.format(timeout)} and was interrupted. ` +
+  "It may have partly run: verify its side effects before retrying it."
+
+/**
+ * A tool's body under its `timeout`, if it has one: `None` when the timeout interrupted it (the
+ * interruption is awaited, so nothing of the call runs on after its result is logged).
+ */
+const runWithTimeout = <A, E, R>(
+  body: Effect.Effect<A, E, R>,
+  timeout: Duration.Duration | undefined
+): Effect.Effect<Option.Option<A>, E, R> =>
+  timeout === undefined ? Effect.map(body, Option.some) : Effect.timeoutOption(body, timeout)
 
 interface Finish {
   readonly reason: FinishReason
@@ -419,28 +434,37 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
                 error: { name: "InvalidToolArguments", code: "INVALID_ARGUMENTS" }
               }
             } else {
-              const exit = yield* Effect.exit(
-                restore(tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }))
-              )
+              const exit = yield* Effect.exit(restore(runWithTimeout(
+                tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }),
+                tool.timeout
+              )))
               if (Exit.isSuccess(exit)) {
-                const output = toolOutputOf(exit.value)
-                call.result = Either.isRight(output)
-                  ? {
-                    message: {
-                      id: `tool:${call.callId}` as MessageId,
-                      role: "tool",
-                      toolCallId: call.callId,
-                      toolName: call.name,
-                      content: output.right.content,
-                      isError: output.right.isError
+                const value = exit.value
+                if (Option.isNone(value)) {
+                  call.result = {
+                    message: textResult(call, timeoutText(tool.timeout ?? Duration.zero), true),
+                    error: { name: "ToolTimeout", code: "TOOL_TIMEOUT" }
+                  }
+                } else {
+                  const output = toolOutputOf(value.value)
+                  call.result = Either.isRight(output)
+                    ? {
+                      message: {
+                        id: `tool:${call.callId}` as MessageId,
+                        role: "tool",
+                        toolCallId: call.callId,
+                        toolName: call.name,
+                        content: output.right.content,
+                        isError: output.right.isError
+                      }
                     }
-                  }
-                  : {
-                    // DUR-02: the model sees the tool's mistake; the agent is never broken by it
-                    message: textResult(call, `The tool returned output that cannot be logged: ${output.left}`, true),
-                    error: { name: "InvalidToolOutput", code: "INVALID_TOOL_OUTPUT" }
-                  }
-                concludes = Either.isRight(output) && output.right.concludesTurn
+                    : {
+                      // DUR-02: the model sees the tool's mistake; the agent is never broken by it
+                      message: textResult(call, `The tool returned output that cannot be logged: ${output.left}`, true),
+                      error: { name: "InvalidToolOutput", code: "INVALID_TOOL_OUTPUT" }
+                    }
+                  concludes = Either.isRight(output) && output.right.concludesTurn
+                }
               } else if (Cause.isInterruptedOnly(exit.cause)) {
                 return yield* Effect.failCause(exit.cause)
               } else {

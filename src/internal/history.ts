@@ -27,6 +27,40 @@ export const interruptedMessage = (turn: number): UserMessage =>
   })
 
 /**
+ * The fixed text the model sees after a turn that a dispose (a graceful shutdown, a hot reload)
+ * interrupted (PKG-05).
+ *
+ * @internal
+ */
+export const shutdownNote =
+  "[The previous turn was interrupted because the agent was shut down before it finished. Each tool result of " +
+  "that turn says whether the tool may have run; verify side effects before retrying anything.]"
+
+/** @internal */
+export const shutdownMessage = (turn: number): UserMessage =>
+  deepFreeze({
+    id: `shutdown:${turn}` as MessageId,
+    role: "user" as const,
+    content: [{ type: "text" as const, text: shutdownNote }],
+    source: { kind: "system" as const }
+  })
+
+interface TurnEndData {
+  readonly turn: number
+  readonly reason: { readonly kind: string; readonly cause?: { readonly kind: string } }
+}
+
+/**
+ * The note a closed turn leaves in the history: after a crash (SES-03, `interrupted`) or after a
+ * dispose (PKG-05, `aborted` with cause `disposed`, already in v1 logs); none otherwise.
+ */
+const turnEndNote = (data: TurnEndData): UserMessage | undefined => {
+  if (data.reason.kind === "interrupted") return interruptedMessage(data.turn)
+  if (data.reason.kind === "aborted" && data.reason.cause?.kind === "disposed") return shutdownMessage(data.turn)
+  return undefined
+}
+
+/**
  * Adds what `event` contributes to the history, if anything. Returns whether it changed.
  *
  * @internal
@@ -45,9 +79,9 @@ export const fold = (messages: Array<Message>, event: SessionEvent): boolean => 
       return true
     }
     case "turn/end": {
-      const data = event.data as { readonly turn: number; readonly reason: { readonly kind: string } }
-      if (data.reason.kind !== "interrupted") return false
-      messages.push(interruptedMessage(data.turn))
+      const note = turnEndNote(event.data as TurnEndData)
+      if (note === undefined) return false
+      messages.push(note)
       return true
     }
     default:

@@ -4,12 +4,11 @@
  *
  * @internal
  */
-import { Effect, Either, JSONSchema, ParseResult, Ref, Schema } from "effect"
-import type { Scope } from "effect"
+import { Effect, Either, ExecutionStrategy, Exit, JSONSchema, ParseResult, Ref, Schema, Scope } from "effect"
 import { AgentInactive, DuplicateTool } from "../AgentError.js"
 import type { ToolSchema } from "../Model.js"
 import type { JsonRecord, JsonValue } from "../SessionEvent.js"
-import type { Any, Tool, ToolRegistryShape } from "../Tool.js"
+import type { Any, Requirements, Tool, Toolkit, ToolRegistryShape, Unknown } from "../Tool.js"
 import { deepFreeze } from "./json.js"
 
 // A tool without parameters: `JSONSchema.make(Schema.Struct({}))` is "any object or array", which
@@ -243,7 +242,8 @@ export const makeToolRegistry = (options: {
         description: tool.description,
         parameters: tool.parameters,
         mode: tool.mode,
-        run: (args, context) => Effect.provide(tool.run(args, context), services)
+        run: (args, context) => Effect.provide(tool.run(args, context), services),
+        ...(tool.timeout !== undefined ? { timeout: tool.timeout } : {})
       }
       Object.freeze(registered)
       yield* Effect.acquireRelease(
@@ -255,8 +255,27 @@ export const makeToolRegistry = (options: {
       )
     }).pipe(Effect.withSpan("ToolRegistry.register", { attributes: { name: tool.name } }))
 
-  return { register, list: Ref.get(tools) }
+  /**
+   * PKG-03: all of `input` or none. The registrations go into one Scope forked from the caller's,
+   * closed at once when one of them fails, so a failure leaves the registry as it was.
+   */
+  const registerAll = <const Tools extends ReadonlyArray<Unknown>>(
+    input: Tools | Toolkit<Tools>
+  ): Effect.Effect<void, DuplicateTool | AgentInactive, Scope.Scope | Requirements<Tools>> =>
+    Effect.gen(function*() {
+      const list: ReadonlyArray<Unknown> = isToolkit(input) ? input.tools : input
+      const group = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+      yield* Effect.forEach(list, (tool) => register(tool), { discard: true }).pipe(
+        Scope.extend(group),
+        Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Scope.close(group, exit))
+      )
+    })
+
+  return { register, registerAll, list: Ref.get(tools) }
 }
+
+const isToolkit = <Tools extends ReadonlyArray<Unknown>>(input: Tools | Toolkit<Tools>): input is Toolkit<Tools> =>
+  !Array.isArray(input)
 
 /**
  * The tools an agent offers: global tools first, in registration order, except those an
