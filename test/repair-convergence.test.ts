@@ -149,5 +149,5 @@ describe("repair convergence (DUR-12)", () => {
       )
       assert.isAbove(restoring, 0, "some prefixes must put claimed input back")
       assert.deepStrictEqual(violations, [])
-    }).pipe(Effect.provide(NodeContext.layer)))
+    }).pipe(Effect.provide(NodeContext.layer)), 180_000)
 })
