@@ -24,6 +24,7 @@ import * as Tool from "../src/Tool.js"
 import { endsCompleted, hasEntered, insertedIds, logViolations } from "./fixtures/faultyPersistence.js"
 import { route } from "./fixtures/runtime.js"
 import { VERSION } from "../src/SessionEvent.js"
+import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 const ID = "crashing"
 
@@ -266,9 +267,11 @@ describe("crash recovery", () => {
         yield* fs.writeFileString(file, intact + next.slice(0, Math.ceil(next.length / 2)))
         const model = yield* Model.scripted(() => replyAfterRestart)
         const runtime = yield* runtimeOf(
-          AgentRuntime.layerFileSystem({ directory, durability: "buffered", instanceId: `restart-${k}` }).pipe(
-            Layer.provide(model.layer)
-          )
+          NodeFileSessionPersistence.layerRuntime({
+            directory,
+            durability: "buffered",
+            instanceId: `restart-${k}`
+          }).pipe(Layer.provide(model.layer))
         )
         const resumed = yield* Effect.either(resumeAndContinue(runtime.context, id, `file-${k}`))
         yield* runtime.close
@@ -334,7 +337,9 @@ describe("crash recovery", () => {
         const before = yield* fs.readFile(file)
         const model = yield* Model.scripted(() => replyAfterRestart)
         const runtime = yield* runtimeOf(
-          AgentRuntime.layerFileSystem({ directory, durability: "buffered" }).pipe(Layer.provide(model.layer))
+          NodeFileSessionPersistence.layerRuntime({ directory, durability: "buffered" }).pipe(
+            Layer.provide(model.layer)
+          )
         )
         yield* Effect.gen(function*() {
           const registry = yield* AgentRegistry
