@@ -27,10 +27,26 @@ const tempDirectory = Effect.acquireRelease(
   (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
 )
 
-/** `npm pack` into `dir`: the tarball's path and the files it holds. */
-const pack = (dir: string) =>
+/**
+ * A clean checkout in `dir`: what `git clone` gives (sources, manifests, README; no `dist`), with
+ * this repository's node_modules linked in. Packing a copy leaves this repository's `dist` alone
+ * (other tests run the built files).
+ */
+const cleanCheckout = (dir: string): string => {
+  const checkout = path.join(dir, "checkout")
+  fs.mkdirSync(checkout)
+  for (const file of ["package.json", "package-lock.json", "README.md", "tsconfig.json", "tsconfig.build.json"]) {
+    fs.copyFileSync(path.join(root, file), path.join(checkout, file))
+  }
+  fs.cpSync(path.join(root, "src"), path.join(checkout, "src"), { recursive: true })
+  fs.symlinkSync(fs.realpathSync(path.join(root, "node_modules")), path.join(checkout, "node_modules"), "dir")
+  return checkout
+}
+
+/** `npm pack` of `checkout` into `dir`: the tarball's path and the files it holds. */
+const pack = (checkout: string, dir: string) =>
   Effect.gen(function*() {
-    const { stdout } = yield* run(npm, ["pack", "--json", "--pack-destination", dir], root)
+    const { stdout } = yield* run(npm, ["pack", "--json", "--pack-destination", dir], checkout)
     const [result] = JSON.parse(stdout) as Array<{ filename: string; files: Array<{ path: string }> }>
     assert.isDefined(result)
     return { file: path.join(dir, result!.filename), files: result!.files.map((f) => f.path) }
@@ -65,7 +81,10 @@ describe("packaging", () => {
         const tmp = yield* tempDirectory
         const packDir = path.join(tmp, "pack")
         fs.mkdirSync(packDir)
-        const tarball = yield* pack(packDir)
+        // An unbuilt checkout: prepack builds dist.
+        const checkout = cleanCheckout(tmp)
+        assert.isFalse(fs.existsSync(path.join(checkout, "dist")))
+        const tarball = yield* pack(checkout, packDir)
 
         // The published files: the built modules with declarations and source maps, nothing of tests.
         for (const file of ["index.js", "index.js.map", "index.d.ts", "index.d.ts.map", "NodeFileSessionPersistence.js"]) {
