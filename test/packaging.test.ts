@@ -11,6 +11,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { codeBlockAfter, consumerLock, run } from "./fixtures/consumer.js"
+import { disallowed, reachablePackages } from "./fixtures/importGraph.js"
 
 const root = fileURLToPath(new URL("..", import.meta.url))
 interface Manifest {
@@ -128,6 +129,15 @@ describe("packaging", () => {
         assert.match(ls.stdout, /effect@3\.\d+\.\d+ deduped/)
         const parseable = yield* run(npm, ["ls", "effect", "--all", "--parseable", "--offline"], app)
         assert.deepStrictEqual(parseable.stdout.trim().split("\n"), [path.join(app, "node_modules", "effect")])
+
+        // The installed index, built code and declarations alike, reaches only the required peers.
+        const dist = path.join(app, "node_modules", "effect-agent", "dist")
+        const isCore = (pkg: string) => pkg === "effect" || pkg === "@effect/platform"
+        const built = reachablePackages(path.join(dist, "index.js"), (resolved) => resolved, dist)
+        const declared = reachablePackages(path.join(dist, "index.d.ts"), (file) => file.replace(/\.js$/, ".d.ts"), dist)
+        assert.deepStrictEqual(disallowed(built, isCore), [])
+        assert.deepStrictEqual(disallowed(declared, isCore), [])
+        assert.isTrue(built.has("effect") && declared.has("effect"))
 
         // The README's quick start, as a user pastes it, against the installed declarations.
         const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
