@@ -74,9 +74,68 @@ const copiesOf = (dir: string, name: string): Array<string> => {
   return found
 }
 
+type Tarball = Effect.Effect.Success<ReturnType<typeof pack>>
+
+/**
+ * A scratch app in `dir` (its own package.json: `effect` from our peer range, the tarball, and the
+ * Node packages the quick start uses), installed with `npm ci --offline` from the npm cache.
+ */
+const installConsumer = (dir: string, tarball: Tarball) =>
+  Effect.gen(function*() {
+    const manifest = readJson<Manifest>(path.join(root, "package.json"))
+    const repoLock = readJson<Parameters<typeof consumerLock>[0]["repoLock"]>(path.join(root, "package-lock.json"))
+    const app = path.join(dir, "app")
+    fs.mkdirSync(app)
+    const dependencies = {
+      "@effect/platform-node": manifest.peerDependencies["@effect/platform-node"]!,
+      effect: manifest.peerDependencies["effect"]!,
+      "effect-agent": `file:${tarball.file}`
+    }
+    // @effect/platform-node's declarations import "ws": with skipLibCheck false a Node app needs @types/ws.
+    const devDependencies = {
+      "@types/node": manifest.devDependencies["@types/node"]!,
+      "@types/ws": manifest.devDependencies["@types/ws"]!
+    }
+    fs.writeFileSync(
+      path.join(app, "package.json"),
+      JSON.stringify({ name: "consumer", private: true, type: "module", dependencies, devDependencies }, null, 2)
+    )
+    const lock = consumerLock({
+      repoLock,
+      name: "consumer",
+      dependencies,
+      devDependencies,
+      tarball: { name: "effect-agent", file: tarball.file, manifest }
+    })
+    fs.writeFileSync(path.join(app, "package-lock.json"), JSON.stringify(lock, null, 2))
+    yield* run(npm, ["ci", "--offline", "--no-audit", "--no-fund", "--ignore-scripts"], app)
+    return app
+  })
+
+/** The README's quick start as a user pastes it: type-checked with `skipLibCheck: false`, built, run. */
+const runQuickStart = (app: string) =>
+  Effect.gen(function*() {
+    const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
+    fs.writeFileSync(path.join(app, "quickstart.ts"), codeBlockAfter(readme, "## Quick start"))
+    const compilerOptions = {
+      target: "ES2022",
+      module: "NodeNext",
+      moduleResolution: "NodeNext",
+      strict: true,
+      skipLibCheck: false,
+      types: ["node"],
+      outDir: "out"
+    }
+    fs.writeFileSync(path.join(app, "tsconfig.json"), JSON.stringify({ compilerOptions, files: ["quickstart.ts"] }))
+    yield* run(process.execPath, [path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", app], app)
+    return yield* run(process.execPath, [path.join(app, "out", "quickstart.js")], app)
+  })
+
+const isCore = (pkg: string) => pkg === "effect" || pkg === "@effect/platform"
+
 describe("packaging", () => {
   it.scoped(
-    "PKG-02 PKG-01 the packed library installs offline into a fresh app with one copy of effect; the README quick start type-checks with skipLibCheck false and runs",
+    "PKG-02 PKG-01 a packed clean checkout installs offline in a fresh app, one effect; the quick start checks and runs",
     () =>
       Effect.gen(function*() {
         const tmp = yield* tempDirectory
@@ -88,80 +147,37 @@ describe("packaging", () => {
         const tarball = yield* pack(checkout, packDir)
 
         // The published files: the built modules with declarations and source maps, nothing of tests.
-        for (const file of ["index.js", "index.js.map", "index.d.ts", "index.d.ts.map", "NodeFileSessionPersistence.js"]) {
-          assert.include(tarball.files, `dist/${file}`)
-        }
+        const published = ["index.js", "index.js.map", "index.d.ts", "index.d.ts.map", "NodeFileSessionPersistence.js"]
+        for (const file of published) assert.include(tarball.files, `dist/${file}`)
         assert.include(tarball.files, "package.json")
         assert.isFalse(tarball.files.some((file) => file.startsWith("test/") || file.startsWith("bench/")))
 
-        const manifest = readJson<Manifest>(path.join(root, "package.json"))
-        const repoLock = readJson<Parameters<typeof consumerLock>[0]["repoLock"]>(path.join(root, "package-lock.json"))
-        const app = path.join(tmp, "app")
-        fs.mkdirSync(app)
-        const dependencies = {
-          "@effect/platform-node": manifest.peerDependencies["@effect/platform-node"]!,
-          effect: manifest.peerDependencies["effect"]!,
-          "effect-agent": `file:${tarball.file}`
-        }
-        // @effect/platform-node's declarations import "ws": with skipLibCheck false a Node app needs @types/ws.
-        const devDependencies = {
-          "@types/node": manifest.devDependencies["@types/node"]!,
-          "@types/ws": manifest.devDependencies["@types/ws"]!
-        }
-        fs.writeFileSync(
-          path.join(app, "package.json"),
-          JSON.stringify({ name: "consumer", private: true, type: "module", dependencies, devDependencies }, null, 2)
-        )
-        const lock = consumerLock({
-          repoLock,
-          name: "consumer",
-          dependencies,
-          devDependencies,
-          tarball: { name: "effect-agent", file: tarball.file, manifest }
-        })
-        fs.writeFileSync(path.join(app, "package-lock.json"), JSON.stringify(lock, null, 2))
-        yield* run(npm, ["ci", "--offline", "--no-audit", "--no-fund", "--ignore-scripts"], app)
+        const app = yield* installConsumer(tmp, tarball)
 
         // One copy of effect: the library's peer is the app's own (PKG-01).
-        assert.deepStrictEqual(copiesOf(app, "effect"), [path.join(app, "node_modules", "effect")])
+        const effectDir = path.join(app, "node_modules", "effect")
+        assert.deepStrictEqual(copiesOf(app, "effect"), [effectDir])
         const ls = yield* run(npm, ["ls", "effect", "--all", "--offline"], app)
         assert.match(ls.stdout, /effect-agent@0\.1\.0/)
         assert.match(ls.stdout, /effect@3\.\d+\.\d+ deduped/)
         const parseable = yield* run(npm, ["ls", "effect", "--all", "--parseable", "--offline"], app)
-        assert.deepStrictEqual(parseable.stdout.trim().split("\n"), [path.join(app, "node_modules", "effect")])
+        assert.deepStrictEqual(parseable.stdout.trim().split("\n"), [effectDir])
 
         // The installed index, built code and declarations alike, reaches only the required peers.
         const dist = path.join(app, "node_modules", "effect-agent", "dist")
-        const isCore = (pkg: string) => pkg === "effect" || pkg === "@effect/platform"
-        const built = reachablePackages(path.join(dist, "index.js"), (resolved) => resolved, dist)
-        const declared = reachablePackages(path.join(dist, "index.d.ts"), (file) => file.replace(/\.js$/, ".d.ts"), dist)
+        const built = reachablePackages(path.join(dist, "index.js"), (file) => file, dist)
+        const toDeclaration = (file: string) => file.replace(/\.js$/, ".d.ts")
+        const declared = reachablePackages(path.join(dist, "index.d.ts"), toDeclaration, dist)
         assert.deepStrictEqual(disallowed(built, isCore), [])
         assert.deepStrictEqual(disallowed(declared, isCore), [])
         assert.isTrue(built.has("effect") && declared.has("effect"))
 
-        // The README's quick start, as a user pastes it, against the installed declarations.
-        const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
-        fs.writeFileSync(path.join(app, "quickstart.ts"), codeBlockAfter(readme, "## Quick start"))
-        fs.writeFileSync(
-          path.join(app, "tsconfig.json"),
-          JSON.stringify({
-            compilerOptions: {
-              target: "ES2022",
-              module: "NodeNext",
-              moduleResolution: "NodeNext",
-              strict: true,
-              skipLibCheck: false,
-              types: ["node"],
-              outDir: "out"
-            },
-            files: ["quickstart.ts"]
-          })
-        )
-        yield* run(process.execPath, [path.join(root, "node_modules", "typescript", "bin", "tsc"), "-p", app], app)
-        const ran = yield* run(process.execPath, [path.join(app, "out", "quickstart.js")], app)
+        const ran = yield* runQuickStart(app)
         assert.include(ran.stdout, "user: What time is it?")
         assert.include(ran.stdout, "assistant: It is time to ship.")
       }),
-    240_000
+    // Pack (a build), an install, a full type-check of effect's declarations: about 45 s of CPU,
+    // minutes of wall time on a loaded machine.
+    600_000
   )
 })
