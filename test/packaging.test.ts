@@ -135,7 +135,7 @@ const isCore = (pkg: string) => pkg === "effect" || pkg === "@effect/platform"
 
 describe("packaging", () => {
   it.scoped(
-    "PKG-02 PKG-01 a packed clean checkout installs offline in a fresh app, one effect; the quick start checks and runs",
+    "PKG-02 PKG-01 a packed clean checkout installs offline in a fresh app, one effect; quick start checks and runs",
     () =>
       Effect.gen(function*() {
         const tmp = yield* tempDirectory
