@@ -19,10 +19,12 @@ import Sqlite from "better-sqlite3"
 import { Effect, Either, Layer } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { FileSessionPersistence, Session, SessionPersistence, SqlSessionPersistence } from "../src/index.js"
+import { Session, SessionPersistence } from "../src/index.js"
+import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import { tempDirectory } from "./fixtures.js"
 import type { Row, Scenario } from "./harness.js"
 import { fmt, now, ratios, settle, stat } from "./harness.js"
+import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 const line = {
   type: "bench/append",
@@ -52,7 +54,7 @@ const appendAll = (round: string, sessions: number, appenders: number, perAppend
 
 const ours = (directory: string, round: string, sessions: number, appenders: number, perAppender: number) =>
   appendAll(round, sessions, appenders, perAppender).pipe(
-    Effect.provide(FileSessionPersistence.layerNode({ directory, durability: "fsync" })),
+    Effect.provide(NodeFileSessionPersistence.layer({ directory, durability: "fsync" })),
     Effect.orDie
   )
 

@@ -14,6 +14,7 @@ import { Model } from "../src/Model.js"
 import type { ModelChunk } from "../src/Model.js"
 import type { SessionEvent, SessionHeader } from "../src/SessionEvent.js"
 import { FORMAT, VERSION } from "../src/SessionEvent.js"
+import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 /** The route every bench agent uses. */
 export const route = { provider: "bench", model: "immediate" } as const
@@ -46,9 +47,9 @@ export const fileRuntime = (
   directory: string,
   durability: "fsync" | "buffered"
 ): Effect.Effect<Runtime, never, Scope.Scope> =>
-  Layer.build(AgentRuntime.layerFileSystem({ directory, durability }).pipe(Layer.provide(immediateModel))).pipe(
-    Effect.orDie
-  )
+  Layer.build(
+    NodeFileSessionPersistence.layerRuntime({ directory, durability }).pipe(Layer.provide(immediateModel))
+  ).pipe(Effect.orDie)
 
 /** A fresh temporary directory, removed when the Scope closes. */
 export const tempDirectory = (prefix: string): Effect.Effect<string, never, Scope.Scope> =>

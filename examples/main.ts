@@ -18,8 +18,9 @@ import { Clock, Console, Data, Deferred, Effect, Layer, Option, Schema } from "e
 import { fork } from "node:child_process"
 import { existsSync } from "node:fs"
 import { fileURLToPath } from "node:url"
-import { AgentRegistry, AgentRuntime, Message, Model, SessionPersistence, Tool } from "../src/index.js"
+import { AgentRegistry, Message, Model, SessionPersistence, Tool } from "../src/index.js"
 import { describeMessage, describeSessionEvent, logLength, printLog, watch } from "./support/print.js"
+import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 const directory = "./.sessions"
 const route = { provider: "scripted", model: "demo" } as const
@@ -80,7 +81,7 @@ const program = Effect.gen(function*() {
       Model.text("v3: unverified (interrupted by a crash). Changelog: posted.")
     ]
   })
-  const runtime = AgentRuntime.layerFileSystem({ directory }).pipe(Layer.provide(model.layer))
+  const runtime = NodeFileSessionPersistence.layerRuntime({ directory }).pipe(Layer.provide(model.layer))
 
   yield* Effect.gen(function*() {
     const registry = yield* AgentRegistry.AgentRegistry

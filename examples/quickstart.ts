@@ -6,7 +6,8 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Clock, Console, Effect, Layer, Schema } from "effect"
-import { AgentRegistry, AgentRuntime, Message, Model, Tool } from "../src/index.js"
+import { AgentRegistry, Message, Model, Tool } from "../src/index.js"
+import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 // A tool: a name, a Schema for its arguments, and an Effect that runs it.
 const clock = Tool.make({
@@ -39,7 +40,7 @@ const main = Effect.gen(function*() {
     Model.text("It is time to ship.")
   ])
   // Registry + session store + AgentLoop factory + JSONL files in ./.sessions, over that model.
-  const runtime = AgentRuntime.layerFileSystem({ directory: "./.sessions" }).pipe(Layer.provide(model.layer))
+  const runtime = NodeFileSessionPersistence.layerRuntime({ directory: "./.sessions" }).pipe(Layer.provide(model.layer))
   yield* program.pipe(Effect.scoped, Effect.provide(runtime))
 })
 

@@ -129,8 +129,8 @@ export class PersistenceNotConfigured extends Schema.TaggedError<PersistenceNotC
   "effect-agent/PersistenceNotConfigured"
 )("PersistenceNotConfigured", { id: Schema.String }) {
   override get message(): string {
-    return `cannot resume ${JSON.stringify(this.id)}: no SessionPersistence is configured; ` +
-      "provide one (AgentRuntime.layerFileSystem, layerMemory, layerSql)"
+    return `cannot resume ${JSON.stringify(this.id)}: no SessionPersistence is configured; provide one ` +
+      "(AgentRuntime.layerMemory, NodeFileSessionPersistence.layerRuntime, SqlSessionPersistence.layerRuntime)"
   }
 }
 

@@ -5,17 +5,13 @@
  *
  * @since 0.1.0
  */
-import type { SqlClient } from "@effect/sql"
 import { Effect, Layer, Option } from "effect"
 import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentLoop from "./AgentLoop.js"
 import * as AgentRegistry from "./AgentRegistry.js"
-import * as FileSessionPersistence from "./FileSessionPersistence.js"
 import type { Model } from "./Model.js"
-import type { PersistenceError } from "./SessionError.js"
 import * as SessionPersistence from "./SessionPersistence.js"
 import * as SessionStore from "./SessionStore.js"
-import * as SqlSessionPersistence from "./SqlSessionPersistence.js"
 import * as Tool from "./Tool.js"
 
 /**
@@ -82,32 +78,3 @@ export const layerMemory = (
       maxSessionBytes: options.maxSessionBytes
     }))
   )
-
-/**
- * The runtime with JSONL files in `directory` (Node file system).
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerFileSystem = (
-  options: FileSessionPersistence.Options
-): Layer.Layer<
-  Services | SessionPersistence.SessionPersistence,
-  FactoryAlreadySet | PersistenceError,
-  Model
-> => layer.pipe(Layer.provideMerge(FileSessionPersistence.layerNode(options)))
-
-/**
- * The runtime with SQL persistence over the `SqlClient` of the context (SQLite through
- * `@effect/sql-sqlite-node`, Postgres through `@effect/sql-pg`).
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerSql = (
-  options?: SqlSessionPersistence.Options | undefined
-): Layer.Layer<
-  Services | SessionPersistence.SessionPersistence,
-  FactoryAlreadySet | PersistenceError,
-  Model | SqlClient.SqlClient
-> => layer.pipe(Layer.provideMerge(SqlSessionPersistence.layer(options)))

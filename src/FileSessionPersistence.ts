@@ -6,11 +6,12 @@
  * @since 0.1.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { NodeContext } from "@effect/platform-node"
 import type { PlatformError } from "@effect/platform/Error"
 import type { Array as Arr } from "effect"
 import { Deferred, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
+import type { FactoryAlreadySet } from "./AgentError.js"
+import * as AgentRuntime from "./AgentRuntime.js"
 import * as fileLock from "./internal/fileLock.js"
 import * as finalizer from "./internal/finalizer.js"
 import * as jsonl from "./internal/jsonl.js"
@@ -20,6 +21,7 @@ import { unreadable } from "./internal/listing.js"
 import * as recordSize from "./internal/recordSize.js"
 import { storedHeader } from "./internal/eventCodec.js"
 import type { SessionId } from "./Message.js"
+import type { Model } from "./Model.js"
 import { sessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
@@ -652,8 +654,7 @@ const make = (options: Options) =>
  *
  * @example
  * ```ts
- * import { NodeContext } from "@effect/platform-node"
- * import { Layer } from "effect"
+ *  * import { Layer } from "effect"
  * import * as FileSessionPersistence from "effect-agent/FileSessionPersistence"
  *
  * const PersistenceLive = FileSessionPersistence.layer({ directory: "./sessions" }).pipe(
@@ -670,13 +671,32 @@ export const layer = (
   Layer.effect(SessionPersistence, make(options))
 
 /**
- * {@link layer} on Node's file system.
+ * The agent runtime (`AgentRuntime.layer`: registry, session store, AgentLoop factory, global tool and
+ * hook registries) with JSONL files in `options.directory`, over the `FileSystem` and `Path` of the
+ * context (`NodeContext.layer` on Node; `NodeFileSessionPersistence.layerRuntime` provides it).
  *
- * @since 0.1.0
+ * @example
+ * ```ts
+ * import { NodeContext } from "@effect/platform-node"
+ * import { Layer } from "effect"
+ * import * as FileSessionPersistence from "effect-agent/FileSessionPersistence"
+ *
+ * // Still needs a Model.
+ * const RuntimeLive = FileSessionPersistence.layerRuntime({ directory: "./sessions" }).pipe(
+ *   Layer.provide(NodeContext.layer)
+ * )
+ * ```
+ *
+ * @since 0.2.0
  * @category layers
  */
-export const layerNode = (options: Options): Layer.Layer<SessionPersistence, SessionError.PersistenceError> =>
-  layer(options).pipe(Layer.provide(NodeContext.layer))
+export const layerRuntime = (
+  options: Options
+): Layer.Layer<
+  AgentRuntime.Services | SessionPersistence,
+  FactoryAlreadySet | SessionError.PersistenceError,
+  Model | FileSystem.FileSystem | Path.Path
+> => AgentRuntime.layer.pipe(Layer.provideMerge(layer(options)))
 
 /**
  * Removes the lock of session `id` in `directory`, whoever holds it (and any leftovers of an

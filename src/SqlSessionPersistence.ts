@@ -11,6 +11,8 @@
 import { SqlClient } from "@effect/sql/SqlClient"
 import { Array as Arr, Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
+import type { FactoryAlreadySet } from "./AgentError.js"
+import * as AgentRuntime from "./AgentRuntime.js"
 import * as committer from "./internal/sqlCommitter.js"
 import * as lock from "./internal/lock.js"
 import * as recordSize from "./internal/recordSize.js"
@@ -23,6 +25,7 @@ import type { EventRow } from "./internal/sqlLog.js"
 import { dialectOf, migrate } from "./internal/sqlSchema.js"
 import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
+import type { Model } from "./Model.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
 import type { SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
@@ -447,3 +450,31 @@ export const layer = (
   options?: Options | undefined
 ): Layer.Layer<SessionPersistence, SessionError.PersistenceError, SqlClient> =>
   Layer.scoped(SessionPersistence, make(options))
+
+/**
+ * The agent runtime (`AgentRuntime.layer`) with SQL persistence over the `SqlClient` of the context
+ * (SQLite through `@effect/sql-sqlite-node`, Postgres through `@effect/sql-pg`). v1:
+ * `AgentRuntime.layerSql`, moved here so that the package index needs no `@effect/sql` (PKG-01).
+ *
+ * @example
+ * ```ts
+ * import { SqliteClient } from "@effect/sql-sqlite-node"
+ * import { Layer } from "effect"
+ * import * as SqlSessionPersistence from "effect-agent/SqlSessionPersistence"
+ *
+ * // Still needs a Model.
+ * const RuntimeLive = SqlSessionPersistence.layerRuntime().pipe(
+ *   Layer.provide(SqliteClient.layer({ filename: "./sessions.db" }))
+ * )
+ * ```
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerRuntime = (
+  options?: Options | undefined
+): Layer.Layer<
+  AgentRuntime.Services | SessionPersistence,
+  FactoryAlreadySet | SessionError.PersistenceError,
+  Model | SqlClient
+> => AgentRuntime.layer.pipe(Layer.provideMerge(layer(options)))

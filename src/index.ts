@@ -1,6 +1,11 @@
 /**
  * effect-agent: a durable, observable agent runtime core for Effect applications.
  *
+ * The index imports only `effect` and `@effect/platform` (PKG-01). Backends with more needs are
+ * subpaths: `effect-agent/FileSessionPersistence` (Node builtins, a `FileSystem` from the context),
+ * `effect-agent/NodeFileSessionPersistence` (`@effect/platform-node`) and
+ * `effect-agent/SqlSessionPersistence` (`@effect/sql` and a driver).
+ *
  * @since 0.1.0
  */
 
@@ -34,10 +39,6 @@ export * as AgentRegistry from "./AgentRegistry.js"
  */
 export * as AgentRuntime from "./AgentRuntime.js"
 
-/**
- * @since 0.1.0
- */
-export * as FileSessionPersistence from "./FileSessionPersistence.js"
 
 /**
  * @since 0.1.0
@@ -88,8 +89,3 @@ export * as SessionStore from "./SessionStore.js"
  * @since 0.1.0
  */
 export * as Tool from "./Tool.js"
-
-/**
- * @since 0.1.0
- */
-export * as SqlSessionPersistence from "./SqlSessionPersistence.js"

@@ -24,6 +24,7 @@ import { endsCompleted, hasEntered, insertedIds, logViolations } from "./fixture
 import { route } from "./fixtures/runtime.js"
 import { gate, lookup } from "./fixtures/tools.js"
 import { VERSION } from "../src/SessionEvent.js"
+import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 const ID = "crashing"
 
@@ -245,9 +246,11 @@ describe("crash recovery", () => {
         yield* fs.writeFileString(file, intact + next.slice(0, Math.ceil(next.length / 2)))
         const model = yield* Model.scripted(() => replyAfterRestart)
         const runtime = yield* runtimeOf(
-          AgentRuntime.layerFileSystem({ directory, durability: "buffered", instanceId: `restart-${k}` }).pipe(
-            Layer.provide(model.layer)
-          )
+          NodeFileSessionPersistence.layerRuntime({
+            directory,
+            durability: "buffered",
+            instanceId: `restart-${k}`
+          }).pipe(Layer.provide(model.layer))
         )
         const resumed = yield* Effect.either(resumeAndContinue(runtime.context, id, `file-${k}`))
         yield* runtime.close
@@ -313,7 +316,9 @@ describe("crash recovery", () => {
         const before = yield* fs.readFile(file)
         const model = yield* Model.scripted(() => replyAfterRestart)
         const runtime = yield* runtimeOf(
-          AgentRuntime.layerFileSystem({ directory, durability: "buffered" }).pipe(Layer.provide(model.layer))
+          NodeFileSessionPersistence.layerRuntime({ directory, durability: "buffered" }).pipe(
+            Layer.provide(model.layer)
+          )
         )
         yield* Effect.gen(function*() {
           const registry = yield* AgentRegistry

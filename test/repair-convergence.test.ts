@@ -23,6 +23,7 @@ import * as SessionPersistence from "../src/SessionPersistence.js"
 import { insertedIds, logViolations } from "./fixtures/faultyPersistence.js"
 import { route } from "./fixtures/runtime.js"
 import { gate, lookup } from "./fixtures/tools.js"
+import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 const ID = "converging"
 
@@ -82,7 +83,7 @@ const recordSession = Effect.gen(function*() {
 /** Resumes `id` from the files of `directory` in a fresh runtime; returns the log and the pending ids. */
 const resumeOnce = (directory: string, id: string, instanceId: string) =>
   withRuntime(
-    AgentRuntime.layerFileSystem({ directory, durability: "buffered", instanceId }).pipe(
+    NodeFileSessionPersistence.layerRuntime({ directory, durability: "buffered", instanceId }).pipe(
       Layer.provide(Layer.unwrapScoped(Effect.map(Model.scripted([]), (model) => model.layer)))
     ),
     Effect.gen(function*() {

@@ -5,7 +5,6 @@ import { Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Schema, Stream } fro
 import { fileURLToPath } from "node:url"
 import * as AgentError from "../src/AgentError.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
-import * as AgentRuntime from "../src/AgentRuntime.js"
 import * as Message from "../src/Message.js"
 import type { SessionId } from "../src/Message.js"
 import * as Model from "../src/Model.js"
@@ -17,6 +16,7 @@ import * as SessionPersistenceModule from "../src/SessionPersistence.js"
 import * as Tool from "../src/Tool.js"
 import { watch } from "./fixtures/lifecycle.js"
 import { makeRuntime, makeVolatileRuntime, route } from "./fixtures/runtime.js"
+import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 const sid = (id: string) => id as SessionId
 
@@ -385,12 +385,14 @@ describe("resume (RES)", () => {
 })
 
 describe("resume over files", () => {
-  /** `AgentRuntime.layerFileSystem` over `directory`, built in the current Scope. */
+  /** `NodeFileSessionPersistence.layerRuntime` over `directory`, built in the current Scope. */
   const fileRuntime = (directory: string, script: Model.Script) =>
     Effect.gen(function*() {
       const model = yield* Model.scripted(script)
       const context = yield* Layer.build(
-        AgentRuntime.layerFileSystem({ directory, durability: "buffered" }).pipe(Layer.provide(model.layer))
+        NodeFileSessionPersistence.layerRuntime({ directory, durability: "buffered" }).pipe(
+          Layer.provide(model.layer)
+        )
       )
       return { model, context }
     })
@@ -426,7 +428,7 @@ describe("resume over files", () => {
       assert.isTrue(yield* Effect.provide(exists, second.context))
     }).pipe(Effect.provide(NodeContext.layer)))
 
-  it.scoped("RES-07 AgentRuntime.layerFileSystem: an agent created by another Node process is resumed here with its history", () =>
+  it.scoped("RES-07 NodeFileSessionPersistence.layerRuntime: an agent another process created resumes with its history", () =>
     Effect.gen(function*() {
       const fs = yield* FileSystem.FileSystem
       const directory = yield* fs.makeTempDirectoryScoped({ prefix: "effect-agent-child-" })

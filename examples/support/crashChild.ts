@@ -9,8 +9,9 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Deferred, Effect, Layer, Schema } from "effect"
-import { AgentRegistry, AgentRuntime, Message, Model, Tool } from "../../src/index.js"
+import { AgentRegistry, Message, Model, Tool } from "../../src/index.js"
 import { watch } from "./print.js"
+import * as NodeFileSessionPersistence from "../../src/NodeFileSessionPersistence.js"
 
 const [directory, sessionId] = process.argv.slice(2)
 
@@ -43,7 +44,7 @@ const program = Effect.gen(function*() {
     parameters: Schema.Struct({ channel: Schema.String }),
     run: ({ channel }) => Effect.succeed(Tool.text(`posted to ${channel}`))
   })
-  const runtime = AgentRuntime.layerFileSystem({ directory }).pipe(Layer.provide(model.layer))
+  const runtime = NodeFileSessionPersistence.layerRuntime({ directory }).pipe(Layer.provide(model.layer))
 
   yield* Effect.gen(function*() {
     const registry = yield* AgentRegistry.AgentRegistry

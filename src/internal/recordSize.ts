@@ -13,7 +13,6 @@
  *
  * @internal
  */
-import { Buffer } from "node:buffer"
 import { Either } from "effect"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent, SessionHeader } from "../SessionEvent.js"
@@ -55,8 +54,36 @@ export const limitsOf = (
 
 const NEWLINE = 0x0a
 
+const encoder = new TextEncoder()
+
+/**
+ * The UTF-8 length of `text`, counted without encoding it (and without `node:buffer`: this module is
+ * reachable from the package index, which imports only `effect` and `@effect/platform`, PKG-01). A
+ * surrogate pair is 4 bytes; a lone surrogate is written as U+FFFD, 3 bytes, as `TextEncoder` does.
+ *
+ * @internal
+ */
+export const utf8Length = (text: string): number => {
+  const length = text.length
+  let bytes = length
+  for (let i = 0; i < length; i++) {
+    const unit = text.charCodeAt(i)
+    if (unit < 0x80) continue
+    if (unit < 0x800) {
+      bytes += 1
+    } else if ((unit & 0xfc00) === 0xd800 && i + 1 < length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      // The pair's two units count 2; its 4 bytes need 2 more.
+      bytes += 2
+      i++
+    } else {
+      bytes += 2
+    }
+  }
+  return bytes
+}
+
 /** The UTF-8 length of a record line whose JSON text is `json` (newline included). @internal */
-export const lineBytes = (json: string): number => Buffer.byteLength(json, "utf8") + 1
+export const lineBytes = (json: string): number => utf8Length(json) + 1
 
 /** The size of the header line (the first line of every session). @internal */
 export const headerBytes = (header: SessionHeader): number => lineBytes(JSON.stringify(header))
@@ -177,10 +204,10 @@ export const encodeRecords = (
  * @internal
  */
 export const linesOf = (records: ReadonlyArray<string>, bytes: number): Uint8Array => {
-  const out = Buffer.allocUnsafe(bytes)
+  const out = new Uint8Array(bytes)
   let offset = 0
   for (let i = 0; i < records.length; i++) {
-    offset += out.write(records[i]!, offset, "utf8")
+    offset += encoder.encodeInto(records[i]!, out.subarray(offset)).written
     out[offset++] = NEWLINE
   }
   if (offset !== bytes) throw new Error(`bug: ${records.length} record lines measured ${bytes} bytes, wrote ${offset}`)
