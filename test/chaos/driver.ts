@@ -32,7 +32,7 @@ export interface ChaosOptions {
   readonly sessions?: number | undefined
   /** Cycles before the work moves to fresh sessions, keeping logs small (default 10). */
   readonly cyclesPerGeneration?: number | undefined
-  /** SQLite lease ttl in ms (default 500: a killed worker's lease expires soon). */
+  /** SQLite lease ttl in ms (default 250: the next worker waits out a killed one's lease, see worker.ts). */
   readonly leaseTtlMillis?: number | undefined
   /** How the worker runs: bundled once with the esbuild that tsx ships (default, starts ~3x faster), or by tsx. */
   readonly runner?: "bundle" | "tsx" | undefined
@@ -81,6 +81,8 @@ export interface ChaosSummary {
   readonly tornTails: number
   /** Leftover temporary and guard files the lock protocol removed. */
   readonly leftoversRemoved: number
+  /** Temp files a kill cut before they were filled, removed by the final sweep once aged past 60 s. */
+  readonly agedTemps: number
   readonly violations: ReadonlyArray<string>
   readonly durationMillis: number
 }
@@ -95,7 +97,8 @@ export const formatSummary = (summary: ChaosSummary): string => {
     `  acknowledged: ${summary.acknowledged} inputs (${summary.bigAcknowledged} of 1 MiB), ${summary.events} ` +
     `custom events, ${summary.cancels} cancels`,
     `  verified resumes: ${summary.verifications} (repairs ${summary.repairs}, takeovers ${summary.takeovers}, ` +
-    `torn tails dropped ${summary.tornTails}, leftovers removed ${summary.leftoversRemoved})`,
+    `torn tails dropped ${summary.tornTails}, leftovers removed ${summary.leftoversRemoved}, empty temp files ` +
+    `swept once 60 s old ${summary.agedTemps})`,
     `  violations: ${summary.violations.length}`,
     ...summary.violations.slice(0, 20).map((v) => `    ${v}`),
     ...(summary.violations.length > 20 ? [`    … and ${summary.violations.length - 20} more`] : [])
@@ -156,6 +159,7 @@ interface RunState {
   takeovers: number
   tornTails: number
   leftoversRemoved: number
+  agedTemps: number
   readonly violations: Array<string>
   /** Sessions touched since they were last verified and released. */
   readonly unsettled: Set<string>
@@ -216,7 +220,7 @@ const startWorker = (options: ChaosOptions, worker: ReadonlyArray<string>) =>
     const child = yield* Command.make(process.execPath, ...worker, ...[
       "--stdin",
       "--backend", options.backend, "--store", store, "--journal", path.join(options.directory, "journal"),
-      "--seed", String(options.seed), "--lease-ttl", String(options.leaseTtlMillis ?? 500)
+      "--seed", String(options.seed), "--lease-ttl", String(options.leaseTtlMillis ?? 250)
     ]).pipe(Command.workingDirectory(repository), Command.stdin("pipe"), Command.start, Scope.extend(scope))
     const stderr = yield* Effect.forkIn(
       child.stderr.pipe(
@@ -278,6 +282,7 @@ const runWorker = (
         if (kind === "violation") cycle.violations.push(`${label}: ${words.slice(1).join(" ")}`)
         if (kind === "log") countLog(run, line)
         if (kind === "done") cycle.done = true
+        if (kind === "aged") run.agedTemps += Number(words[1])
         if (kind === "ready") {
           cycle.ready = true
           // Sessions verified and released by this worker are settled until a worker touches them again.
@@ -327,7 +332,7 @@ export const runChaos = (
     const sessions = options.sessions ?? 3
     const run: RunState = {
       kills: {}, cleanExits: 0, acknowledged: 0, bigAcknowledged: 0, events: 0, cancels: 0, verifications: 0,
-      repairs: 0, takeovers: 0, tornTails: 0, leftoversRemoved: 0, violations: [], unsettled: new Set()
+      repairs: 0, takeovers: 0, tornTails: 0, leftoversRemoved: 0, agedTemps: 0, violations: [], unsettled: new Set()
     }
     // The next cycle's worker loads while the current one runs (it touches nothing before its turn).
     let next = yield* startWorker(options, worker)

@@ -26,7 +26,8 @@ export interface SessionJournal {
   readonly eventKeys: Array<string>
 }
 
-const emptyJournal = (id: string): SessionJournal => ({ id, opened: false, acked: [], dropCancels: [], eventKeys: [] })
+/** A session the journal does not mention. */
+export const emptyJournal = (id: string): SessionJournal => ({ id, opened: false, acked: [], dropCancels: [], eventKeys: [] })
 
 /** Parses a journal file's text into one record per session (in order of first mention). */
 export const parseJournal = (text: string): Map<string, SessionJournal> => {

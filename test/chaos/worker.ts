@@ -18,7 +18,8 @@
  *    ends inside a turn) and `phase big-append <session> <id>` before a 1 MiB follow-up.
  *
  * With `--final` it verifies, disposes every agent and checks that no lock, guard, temporary file
- * (file store) or lease (SQLite) is left. Log lines of the library go to stdout as `log <LEVEL> …`.
+ * (file store; a temp file a kill cut before it was filled is aged past DUR-06's 60 s and must then
+ * be swept) or lease (SQLite) is left. Log lines of the library go to stdout as `log <LEVEL> …`.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
@@ -30,6 +31,7 @@ import { parseArgs } from "node:util"
 import type { AgentHandle, AgentSetup } from "../../src/Agent.js"
 import { AgentRegistry } from "../../src/AgentRegistry.js"
 import * as AgentRuntime from "../../src/AgentRuntime.js"
+import * as FileSessionPersistence from "../../src/FileSessionPersistence.js"
 import * as Message from "../../src/Message.js"
 import * as Model from "../../src/Model.js"
 import * as Repair from "../../src/Repair.js"
@@ -37,7 +39,7 @@ import type { SessionEvent } from "../../src/SessionEvent.js"
 import { SessionPersistence } from "../../src/SessionPersistence.js"
 import * as Tool from "../../src/Tool.js"
 import type { SessionJournal } from "./journal.js"
-import { parseJournal } from "./journal.js"
+import { emptyJournal, parseJournal } from "./journal.js"
 import * as Prng from "./prng.js"
 import { noteType, sessionViolations } from "./verify.js"
 
@@ -152,13 +154,46 @@ class StoreProbe extends Context.Tag("chaos/StoreProbe")<StoreProbe, {
   readonly leftovers: (sessions: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>>
 }>() {}
 
+/** Files in the store besides the logs of `sessions`. */
+const strayFiles = (sessions: ReadonlyArray<string>) => {
+  const expected = new Set(sessions.map((id) => `${id}.jsonl`))
+  return nodeFs.readdirSync(store).filter((name) => !expected.has(name))
+}
+
+/**
+ * A lock's temporary file that a kill cut before it was filled: it names no owner, so nobody can
+ * tell it from one being written right now until it is 60 s old (DUR-06).
+ */
+const isInterruptedTemp = (name: string) => {
+  if (!/\.lock\.[A-Za-z0-9-]{1,64}\.tmp$/.test(name)) return false
+  try {
+    JSON.parse(nodeFs.readFileSync(path.join(store, name), "utf8"))
+    return false
+  } catch {
+    return true
+  }
+}
+
+/**
+ * After a clean shutdown only the logs may remain — except temp files cut before they were filled,
+ * which the protocol removes once they are 60 s old: they are aged by 61 s here (their mtime set
+ * back), and a writer's start (its sweep) must then remove them. Prints `aged <n>`.
+ */
+const fileLeftovers = (sessions: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const interrupted = strayFiles(sessions).filter(isInterruptedTemp)
+    if (interrupted.length > 0) {
+      const past = new Date(Date.now() - 61_000)
+      for (const name of interrupted) nodeFs.utimesSync(path.join(store, name), past, past)
+      yield* Effect.scoped(Layer.build(FileSessionPersistence.layerNode({ directory: store, instanceId: "sweep" })))
+      yield* emit(`aged ${interrupted.length}`)
+    }
+    return strayFiles(sessions).map((name) => `file ${name}`)
+  }).pipe(Effect.orDie)
+
 const fileProbe = Layer.succeed(StoreProbe, {
   isHeld: (id) => Effect.sync(() => nodeFs.existsSync(path.join(store, `${id}.lock`))),
-  leftovers: (sessions) =>
-    Effect.sync(() => {
-      const expected = new Set(sessions.map((id) => `${id}.jsonl`))
-      return nodeFs.readdirSync(store).filter((name) => !expected.has(name)).map((name) => `file ${name}`)
-    })
+  leftovers: fileLeftovers
 })
 
 const sqlProbe = Layer.effect(
@@ -301,8 +336,7 @@ const workOn = (id: string, handle: AgentHandle, rng: Prng.Prng, config: CycleCo
 const program = Effect.gen(function*() {
   const config = yield* readConfig
   const journal = parseJournal(args.journal === undefined ? "" : nodeFs.readFileSync(args.journal, "utf8"))
-  const journalOf = (id: string): SessionJournal =>
-    journal.get(id) ?? { id, opened: false, acked: [], dropCancels: [], eventKeys: [] }
+  const journalOf = (id: string): SessionJournal => journal.get(id) ?? emptyJournal(id)
   const toVerify = config.final
     ? [...new Set([...journal.keys(), ...config.verify])]
     : [...new Set([...config.verify, ...config.work])]
