@@ -308,13 +308,19 @@ const runWorker = (
     if (Option.isNone(finished)) {
       yield* Effect.ignore(child.kill("SIGKILL"))
       cycle.violations.push(`${label}: the worker did not finish within 3 minutes (a hang)`)
-    } else if (Option.isNone(cycle.kill) && !cycle.done) {
-      const output = yield* Fiber.join(waiting.stderr)
-      const exit = finished.value._tag === "Right" ? `exit code ${finished.value.right}` : finished.value.left.message
-      cycle.violations.push(`${label}: the worker failed (${exit}): ${output.trim().split("\n").slice(-6).join(" | ")}`)
+    } else {
+      // Only our SIGKILL may end a worker early: an exit code other than 0, or 0 before `done`, is a failure.
+      const exit = finished.value
+      const failed = exit._tag === "Right" ? exit.right !== 0 || !cycle.done : Option.isNone(cycle.kill)
+      if (failed) {
+        const output = (yield* Fiber.join(waiting.stderr)).trim().split("\n").slice(-6).join(" | ")
+        const how = exit._tag === "Right" ? `exit code ${exit.right}` : exit.left.message
+        cycle.violations.push(`${label}: the worker failed (${how}): ${output}`)
+      }
     }
     run.violations.push(...cycle.violations)
-    return { cycle, outcome: Option.getOrElse(cycle.kill, () => (cycle.done ? "clean" : "exited")) }
+    // A worker that printed `done` finished its verbs: a kill sent after that changed nothing.
+    return { cycle, outcome: cycle.done ? "clean" : Option.getOrElse(cycle.kill, () => "exited") }
   }).pipe(Effect.scoped, Effect.orDie, Effect.ensuring(Scope.close(waiting.scope, Exit.void)))
 
 /**

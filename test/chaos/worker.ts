@@ -20,6 +20,10 @@
  * With `--final` it verifies, disposes every agent and checks that no lock, guard, temporary file
  * (file store; a temp file a kill cut before it was filled is aged past DUR-06's 60 s and must then
  * be swept) or lease (SQLite) is left. Log lines of the library go to stdout as `log <LEVEL> …`.
+ *
+ * The cycle's part of the arguments (`--cycle`, `--work`, `--verify`, `--final`, `--ops`, `--big`)
+ * may instead come as one JSON line on stdin (`--stdin`): the driver starts each worker ahead of
+ * its cycle that way.
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
@@ -55,7 +59,7 @@ const { values: args } = parseArgs({
     final: { type: "boolean", default: false },
     ops: { type: "string", default: "30" },
     big: { type: "string", default: "0.02" },
-    "lease-ttl": { type: "string", default: "500" },
+    "lease-ttl": { type: "string", default: "250" },
     stdin: { type: "boolean", default: false }
   }
 })
