@@ -131,7 +131,11 @@ const bundleWorker: Effect.Effect<Option.Option<string>, never, Scope.Scope> = E
       target: "node20",
       // Everything in one module (Node parses one file instead of hundreds) but the native driver.
       external: ["better-sqlite3"],
-      banner: { js: "import { createRequire as chaosRequire } from \"node:module\"\nconst require = chaosRequire(import.meta.url)" },
+      // Bundled CommonJS code `require`s Node's modules: give the ES module a `require`.
+      banner: {
+        js: "import { createRequire as chaosRequire } from \"node:module\"\n" +
+          "const require = chaosRequire(import.meta.url)"
+      },
       outfile,
       logLevel: "silent"
     })
@@ -169,7 +173,6 @@ interface RunState {
 interface CycleState {
   acks: number
   markers: number
-  ready: boolean
   kill: Option.Option<string>
   done: boolean
   readonly verified: Set<string>
@@ -247,7 +250,8 @@ const runWorker = (
   Effect.gen(function*() {
     const { child } = waiting
     const journal = path.join(options.directory, "journal")
-    const label = `seed ${options.seed} cycle ${plan?.cycle ?? "final"} (${options.backend}, ${plan?.target ?? "verify"})`
+    const where = plan === undefined ? "final (verify)" : `${plan.cycle} (${plan.target})`
+    const label = `seed ${options.seed} cycle ${where} on ${options.backend}`
     if (options.phantomAck === true && plan !== undefined && plan.cycle === 0) {
       nodeFs.appendFileSync(journal, `ack ${sessions.work[0]} phantom-${options.seed} followup\n`)
     }
@@ -261,7 +265,7 @@ const runWorker = (
     }
     yield* Stream.make(JSON.stringify(config)).pipe(Stream.encodeText, Stream.run(child.stdin))
     const cycle: CycleState = {
-      acks: 0, markers: 0, ready: false, kill: Option.none(), done: false, verified: new Set(), violations: []
+      acks: 0, markers: 0, kill: Option.none(), done: false, verified: new Set(), violations: []
     }
     const onLine = (line: string) =>
       Effect.suspend(() => {
@@ -284,7 +288,6 @@ const runWorker = (
         if (kind === "done") cycle.done = true
         if (kind === "aged") run.agedTemps += Number(words[1])
         if (kind === "ready") {
-          cycle.ready = true
           // Sessions verified and released by this worker are settled until a worker touches them again.
           for (const id of cycle.verified) if (!sessions.work.includes(id)) run.unsettled.delete(id)
         }

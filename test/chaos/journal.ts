@@ -27,7 +27,13 @@ export interface SessionJournal {
 }
 
 /** A session the journal does not mention. */
-export const emptyJournal = (id: string): SessionJournal => ({ id, opened: false, acked: [], dropCancels: [], eventKeys: [] })
+export const emptyJournal = (id: string): SessionJournal => ({
+  id,
+  opened: false,
+  acked: [],
+  dropCancels: [],
+  eventKeys: []
+})
 
 /** Parses a journal file's text into one record per session (in order of first mention). */
 export const parseJournal = (text: string): Map<string, SessionJournal> => {

@@ -230,8 +230,11 @@ const waitOutLease = <A, E extends { readonly _tag: string }, R>(effect: Effect.
     })
   )
 
-const describeError = (error: unknown) =>
-  oneLine(error instanceof Error ? `${(error as { _tag?: string })._tag ?? error.name}: ${error.message}` : String(error))
+const describeError = (error: unknown) => {
+  if (!(error instanceof Error)) return oneLine(String(error))
+  const tag = "_tag" in error && typeof error._tag === "string" ? error._tag : error.name
+  return oneLine(`${tag}: ${error.message}`)
+}
 
 /**
  * Resumes `id` (creates it when it was never acknowledged open and nothing is stored), checks it
@@ -313,11 +316,8 @@ const workOn = (id: string, handle: AgentHandle, rng: Prng.Prng, config: CycleCo
         case "cancel": {
           const mode = rng.chance(0.5) ? "keep" : "drop"
           yield* emit(`cancel-start ${id} ${mode}`)
-          yield* attempt(
-            id,
-            `cancel ${mode}`,
-            Effect.zipRight(agent.cancel({ kind: "user" }, { keepInbox: mode === "keep" }), emit(`cancel ${id} ${mode}`))
-          )
+          const cancel = agent.cancel({ kind: "user" }, { keepInbox: mode === "keep" })
+          yield* attempt(id, `cancel ${mode}`, Effect.zipRight(cancel, emit(`cancel ${id} ${mode}`)))
           break
         }
         case "note": {
