@@ -121,6 +121,13 @@ describe("crash consistency (DUR-13)", () => {
       const twice = [...log, { ...log[log.length - 1]!, seq: log.length, type: "chaos/note", data: { key: "k1" } }]
       assert.include(sessionViolations(journal([]), { ...closed, resumed: twice }), "custom event k1 is stored 2 times")
 
+      // A durable insertion counts as acknowledged even when the kill beat its `ack` line.
+      const splice = log.find((e) => e.type === "agent/inbox/spliced")!
+      const inserted = [Message.user("g", { id: "ghost" })]
+      const ghost = { ...splice, seq: log.length, data: { ...(splice.data as object), inserted } } as SessionEvent
+      assert.include(sessionViolations(journal([]), { ...closed, resumed: [...log, ghost] }),
+        "acknowledged input ghost was lost (neither entered, discarded by a splice, nor pending)")
+
       // Cut inside m2's turn: the resume must append exactly Repair.closers of what was stored.
       const open = log.slice(0, log.findIndex((e) => e.type === "turn/end" && (e.data as { turn: number }).turn === 2))
       const unrepaired = sessionViolations(journal([]), { stored: open, resumed: open, pending: [] })

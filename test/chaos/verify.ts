@@ -6,7 +6,7 @@
  */
 import * as Repair from "../../src/Repair.js"
 import type { SessionEvent } from "../../src/SessionEvent.js"
-import { logViolations } from "../fixtures/faultyPersistence.js"
+import { insertedIds, logViolations } from "../fixtures/faultyPersistence.js"
 import type { SessionJournal } from "./journal.js"
 
 /** The custom event type the workers append (`data: { key }`). */
@@ -97,7 +97,11 @@ export const sessionViolations = (journal: SessionJournal, observed: Observed): 
   ...(observed.stored === undefined
     ? journal.opened ? ["the session was acknowledged open, but nothing is stored"] : []
     : repairViolations(observed.stored, observed.resumed)),
-  ...logViolations(observed.resumed, { acknowledged: journal.acked.map((a) => a.id), pending: observed.pending }),
+  // An input whose insertion is durable counts as acknowledged even if the kill beat its `ack` line.
+  ...logViolations(observed.resumed, {
+    acknowledged: [...new Set([...journal.acked.map((a) => a.id), ...insertedIds(observed.resumed)])],
+    pending: observed.pending
+  }),
   ...discardViolations(journal, observed),
   ...noteViolations(journal, observed.resumed)
 ]
