@@ -34,8 +34,8 @@ import * as path from "node:path"
 import { parseArgs } from "node:util"
 import type { AgentHandle, AgentSetup } from "../../src/Agent.js"
 import { AgentRegistry } from "../../src/AgentRegistry.js"
-import * as AgentRuntime from "../../src/AgentRuntime.js"
-import * as FileSessionPersistence from "../../src/FileSessionPersistence.js"
+import * as NodeFileSessionPersistence from "../../src/NodeFileSessionPersistence.js"
+import * as SqlSessionPersistence from "../../src/SqlSessionPersistence.js"
 import * as Message from "../../src/Message.js"
 import * as Model from "../../src/Model.js"
 import * as Repair from "../../src/Repair.js"
@@ -189,7 +189,7 @@ const fileLeftovers = (sessions: ReadonlyArray<string>) =>
     if (interrupted.length > 0) {
       const past = new Date(Date.now() - 61_000)
       for (const name of interrupted) nodeFs.utimesSync(path.join(store, name), past, past)
-      yield* Effect.scoped(Layer.build(FileSessionPersistence.layerNode({ directory: store, instanceId: "sweep" })))
+      yield* Effect.scoped(Layer.build(NodeFileSessionPersistence.layer({ directory: store, instanceId: "sweep" })))
       yield* emit(`aged ${interrupted.length}`)
     }
     return strayFiles(sessions).map((name) => `file ${name}`)
@@ -383,13 +383,13 @@ const program = Effect.gen(function*() {
 function runtimeLayer(modelLayer: Layer.Layer<Model.Model>, cycle: number) {
   const instanceId = `chaos-worker-${cycle}`
   if (backend === "file") {
-    return AgentRuntime.layerFileSystem({ directory: store, durability: "fsync", instanceId }).pipe(
+    return NodeFileSessionPersistence.layerRuntime({ directory: store, durability: "fsync", instanceId }).pipe(
       Layer.provide(modelLayer),
       Layer.merge(fileProbe),
       Layer.orDie
     )
   }
-  return AgentRuntime.layerSql({ durability: "fsync", leaseTtl: leaseTtlMillis, instanceId }).pipe(
+  return SqlSessionPersistence.layerRuntime({ durability: "fsync", leaseTtl: leaseTtlMillis, instanceId }).pipe(
     Layer.merge(sqlProbe),
     Layer.provideMerge(SqliteClient.layer({ filename: store })),
     Layer.provide(modelLayer),
