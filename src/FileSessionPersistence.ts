@@ -87,15 +87,7 @@ const absent: Identity = { _tag: "Absent" }
  * @since 0.1.0
  * @category locks
  */
-export const isProcessAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    // EPERM: it exists but belongs to someone else.
-    return (error as { readonly code?: unknown }).code === "EPERM"
-  }
-}
+export const isProcessAlive = (pid: number): boolean => fileLock.processIsAlive(pid)
 
 /**
  * When the process running under `pid` started, as recorded in lock files (DUR-06): on Linux the

@@ -145,21 +145,49 @@ export const procStartTime = (pid: number): string | undefined => {
   }
 }
 
-type Liveness = "Running" | "Gone" | "Elsewhere"
-
-/** A probe that throws cannot tell, and must not let us steal a lock: the process counts as running. */
-const livenessOf = (ctx: LockContext, owner: LockOwner): Liveness => {
-  if (owner.host !== ctx.self.host) return "Elsewhere"
+/**
+ * Whether a process of this host is running (signal 0 probes without signalling).
+ *
+ * @internal
+ */
+export const processIsAlive = (pid: number): boolean => {
   try {
-    if (!ctx.isProcessAlive(owner.pid)) return "Gone"
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: it exists but belongs to someone else.
+    return (error as { readonly code?: unknown }).code === "EPERM"
+  }
+}
+
+/** @internal */
+export type Liveness = "Running" | "Gone" | "Elsewhere"
+
+/**
+ * DUR-06, PKG-04: whether the process a lock or lease names still runs, as seen from `host`. A
+ * process of another host is never judged (`Elsewhere`). A probe that throws cannot tell, and must
+ * not let us steal a lock: the process counts as running.
+ *
+ * @internal
+ */
+export const processLiveness = (
+  probe: ProcessProbe,
+  host: string,
+  owner: { readonly host: string; readonly pid: number; readonly startTime?: string | undefined }
+): Liveness => {
+  if (owner.host !== host) return "Elsewhere"
+  try {
+    if (!probe.isProcessAlive(owner.pid)) return "Gone"
     // A v1 lock, or one written where start times cannot be read: the pid alone decides.
     if (owner.startTime === undefined) return "Running"
-    const current = ctx.processStartTime(owner.pid)
+    const current = probe.processStartTime(owner.pid)
     return current === undefined || current === owner.startTime ? "Running" : "Gone"
   } catch {
     return "Running"
   }
 }
+
+const livenessOf = (ctx: LockContext, owner: LockOwner): Liveness => processLiveness(ctx, ctx.self.host, owner)
 
 // --- Reading and writing lock files ---
 
