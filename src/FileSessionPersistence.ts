@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { NodeContext } from "@effect/platform-node"
+import * as NodeContext from "@effect/platform-node/NodeContext"
 import type { PlatformError } from "@effect/platform/Error"
 import type { Array as Arr } from "effect"
 import { Deferred, Effect, Either, Layer, Option, Stream } from "effect"
@@ -65,6 +65,14 @@ export interface Options extends SizeLimits {
    * @internal
    */
   readonly readChunkBytes?: number | undefined
+  /**
+   * Reads only (the operator CLI's read commands): the layer neither creates the directory nor
+   * sweeps lock leftovers, and fails `PersistenceError` when the directory does not exist; writing
+   * through it is not supported.
+   *
+   * @internal
+   */
+  readonly readOnly?: boolean | undefined
 }
 
 /** The first line (the header) is read this much at a time by the DUR-07 identity checks. */
@@ -185,9 +193,18 @@ const make = (options: Options) =>
     const makeDirectory = fs.makeDirectory(directory, { recursive: true }).pipe(
       Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))
     )
-    yield* makeDirectory
-    // DUR-06: temp and guard files that crashed lock operations left behind.
-    yield* fileLock.sweepQuietly(lockContext)
+    if (options.readOnly === true) {
+      const info = yield* fs.stat(directory).pipe(
+        Effect.mapError(fileLock.persistenceError(`reading the session directory ${directory}`))
+      )
+      if (info.type !== "Directory") {
+        return yield* new SessionError.PersistenceError({ reason: `${directory} is not a directory` })
+      }
+    } else {
+      yield* makeDirectory
+      // DUR-06: temp and guard files that crashed lock operations left behind.
+      yield* fileLock.sweepQuietly(lockContext)
+    }
 
     // A new directory entry is durable only once the directory itself is synced; not every
     // platform can open a directory, and the data is synced either way, so this is best effort.
