@@ -212,7 +212,8 @@ for (const [name, open] of stores) {
         expectCode(list, 0, "list")
         const entries = json<ListDoc>(list).sessions
         assert.deepStrictEqual(entries.map((entry) => `${entry.id}:${entry._tag}`), [
-          "broken:SessionSummary",
+          // files validate every record to count them; SQL counts rows (the corruption shows on read)
+          name === "files" ? "broken:UnreadableSession" : "broken:SessionSummary",
           "done:SessionSummary",
           "headless:UnreadableSession",
           "held:SessionSummary",
