@@ -150,7 +150,8 @@ const make = (options: Options | undefined) =>
     const leases: lease.LeaseContext = {
       sql,
       ttlMillis,
-      holder: `instance ${JSON.stringify(instanceId)} (process ${process.pid} on host ${JSON.stringify(os.hostname())})`,
+      holder: `instance ${JSON.stringify(instanceId)} ` +
+        `(process ${process.pid} on host ${JSON.stringify(os.hostname())})`,
       self: { host: os.hostname(), pid: process.pid, startTime: startTimeOf(process.pid) },
       probe: { isProcessAlive: options?.isProcessAlive ?? isProcessAlive, processStartTime: startTimeOf }
     }
@@ -165,7 +166,8 @@ const make = (options: Options | undefined) =>
         )
       }
       yield* migrate(sql, dialect).pipe(
-        Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("migrating the effect-agent tables")(error)))
+        Effect.catchTag("SqlError", (error) =>
+          Effect.fail(persistenceError("migrating the effect-agent tables")(error)))
       )
     }
 

@@ -221,7 +221,11 @@ const verify = Command.make("verify", { ...storeFlags, id: idArg }, ({ id, ...fl
 
 const exportSession = Command.make(
   "export",
-  { ...storeFlags, id: idArg, format: Options.choice("format", ["jsonl", "markdown"]).pipe(Options.withDefault("jsonl")) },
+  {
+    ...storeFlags,
+    id: idArg,
+    format: Options.choice("format", ["jsonl", "markdown"]).pipe(Options.withDefault("jsonl"))
+  },
   ({ format, id, ...flags }) =>
     onSession(flags, id, "read", (opened, sessionId) =>
       Effect.map(opened.persistence.read(sessionId), (stored) => ({
@@ -239,7 +243,11 @@ const repairSession = (opened: Store, id: SessionId) =>
     const closers = Repair.closers(stored.events, { seedLength: stored.header.seedLength })
     yield* inspect.report(id, stored)
     if (closers.length > 0) yield* writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
-    const written = closers.map((event) => ({ seq: event.seq, type: event.type, description: inspect.describeCloser(event) }))
+    const written = closers.map((event) => ({
+      seq: event.seq,
+      type: event.type,
+      description: inspect.describeCloser(event)
+    }))
     const torn = stored.tornTailDropped === 0
       ? []
       : [`dropped ${stored.tornTailDropped} unterminated last record (a torn write)`]

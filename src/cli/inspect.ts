@@ -71,7 +71,8 @@ const lastTurnOf = (events: ReadonlyArray<SessionEvent>): LastTurn => {
 export const describeCloser = (event: CoreEvent): string => {
   switch (event.type) {
     case "tool/result":
-      return `error result ${event.data.error?.code ?? ""} for the call ${JSON.stringify(event.data.message.toolCallId)} ` +
+      return `error result ${event.data.error?.code ?? ""} ` +
+        `for the call ${JSON.stringify(event.data.message.toolCallId)} ` +
         `of the tool ${JSON.stringify(event.data.message.toolName)}`
     case "step/end":
       return `end of step ${event.data.step} of turn ${event.data.turn}`

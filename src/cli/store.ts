@@ -192,7 +192,9 @@ const openSqlite = (file: string, access: Access) =>
       Effect.map((info) => info.type === "File"),
       Effect.orElseSucceed(() => false)
     )
-    if (!isFile) return yield* new SessionError.PersistenceError({ reason: `there is no SQLite database at ${resolved}` })
+    if (!isFile) {
+      return yield* new SessionError.PersistenceError({ reason: `there is no SQLite database at ${resolved}` })
+    }
     const sqlite = yield* driver("@effect/sql-sqlite-node", () => import("@effect/sql-sqlite-node"))
     return yield* openSql(`the SQLite database ${resolved}`, sqlite.SqliteClient.layer({ filename: resolved }), access)
   })

@@ -8,7 +8,8 @@
  * Each step is one statement, atomic on its own: `INSERT … ON CONFLICT DO NOTHING` to take a free
  * lease, a compare-and-set `UPDATE … WHERE token = old AND expires_at <= now` to take an expired
  * one, `UPDATE … WHERE token = old` to take the lease of a holder that is a dead process of this
- * host (PKG-04: the row names host, pid and start time, judged like a lock file's owner, DUR-06). On Postgres the `UPDATE` of an append locks the lease row until commit, so a takeover waits
+ * host (PKG-04: the row names host, pid and start time, judged like a lock file's owner, DUR-06).
+ * On Postgres the `UPDATE` of an append locks the lease row until commit, so a takeover waits
  * for the append in flight and then sees the renewed `expires_at`.
  *
  * @internal
