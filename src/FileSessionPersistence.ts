@@ -67,6 +67,14 @@ export interface Options extends SizeLimits {
    * @internal
    */
   readonly readChunkBytes?: number | undefined
+  /**
+   * Reads only (the operator CLI's read commands): the layer neither creates the directory nor
+   * sweeps lock leftovers, and fails `PersistenceError` when the directory does not exist; writing
+   * through it is not supported.
+   *
+   * @internal
+   */
+  readonly readOnly?: boolean | undefined
 }
 
 /** The first line (the header) is read this much at a time by the DUR-07 identity checks. */
@@ -89,15 +97,7 @@ const absent: Identity = { _tag: "Absent" }
  * @since 0.1.0
  * @category locks
  */
-export const isProcessAlive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    // EPERM: it exists but belongs to someone else.
-    return (error as { readonly code?: unknown }).code === "EPERM"
-  }
-}
+export const isProcessAlive = (pid: number): boolean => fileLock.processIsAlive(pid)
 
 /**
  * When the process running under `pid` started, as recorded in lock files (DUR-06): on Linux the
@@ -198,9 +198,18 @@ const make = (options: Options) =>
     const makeDirectory = fs.makeDirectory(directory, { recursive: true }).pipe(
       Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))
     )
-    yield* makeDirectory
-    // DUR-06: temp and guard files that crashed lock operations left behind.
-    yield* fileLock.sweepQuietly(lockContext)
+    if (options.readOnly === true) {
+      const info = yield* fs.stat(directory).pipe(
+        Effect.mapError(fileLock.persistenceError(`reading the session directory ${directory}`))
+      )
+      if (info.type !== "Directory") {
+        return yield* new SessionError.PersistenceError({ reason: `${directory} is not a directory` })
+      }
+    } else {
+      yield* makeDirectory
+      // DUR-06: temp and guard files that crashed lock operations left behind.
+      yield* fileLock.sweepQuietly(lockContext)
+    }
 
     // A new directory entry is durable only once the directory itself is synced; not every
     // platform can open a directory, and the data is synced either way, so this is best effort.

@@ -75,11 +75,20 @@ export class SessionAlreadyLive extends Schema.TaggedError<SessionAlreadyLive>("
  */
 export class SessionLocked extends Schema.TaggedError<SessionLocked>("effect-agent/SessionLocked")(
   "SessionLocked",
-  { id: Schema.String, holder: Schema.String }
+  {
+    id: Schema.String,
+    holder: Schema.String,
+    /**
+     * What to do, when the backend knows better than the general advice (since 0.2.0; PKG-04: a
+     * SQL lease names its expiry and `SqlSessionPersistence.breakLock`).
+     */
+    remedy: Schema.optional(Schema.String)
+  }
 ) {
   override get message(): string {
     return `session ${JSON.stringify(this.id)} is held by another writer (${this.holder}); ` +
-      "wait for it to be released, or, if that holder is gone for good, break the lock as an operator"
+      (this.remedy ??
+        "wait for it to be released, or, if that holder is gone for good, break the lock as an operator")
   }
 }
 

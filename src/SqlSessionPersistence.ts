@@ -22,7 +22,13 @@ import type { ListEntry } from "./internal/listing.js"
 import { unreadable } from "./internal/listing.js"
 import { conflict, decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
 import type { EventRow } from "./internal/sqlLog.js"
-import { dialectOf, migrate } from "./internal/sqlSchema.js"
+import { checkReadable, dialectOf, migrate } from "./internal/sqlSchema.js"
+import {
+  procInNamespace,
+  processIsAlive as isProcessAlive,
+  procPidNamespace,
+  procStartTime
+} from "./internal/fileLock.js"
 import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import type { Model } from "./Model.js"
@@ -65,6 +71,28 @@ export interface Options extends SizeLimits {
   readonly leaseTtl?: Duration.DurationInput | undefined
   /** Names this process in lease rows (default: a random id). */
   readonly instanceId?: string | undefined
+  /**
+   * Whether a process of this host is running; decides whether the valid lease of a process of this
+   * host is orphaned and taken over at once (PKG-04). Default: `FileSessionPersistence.isProcessAlive`.
+   *
+   * @since 0.2.0
+   */
+  readonly isProcessAlive?: ((pid: number) => boolean) | undefined
+  /**
+   * When the process running under `pid` on this host started, recorded in lease rows so that a
+   * reused pid does not keep a dead holder's lease (PKG-04, DUR-06). Default:
+   * `FileSessionPersistence.processStartTime`.
+   *
+   * @since 0.2.0
+   */
+  readonly processStartTime?: ((pid: number) => string | undefined) | undefined
+  /**
+   * Reads only: the layer neither creates nor migrates tables nor sets pragmas (for the operator
+   * CLI's read commands); writing through it is not supported.
+   *
+   * @internal
+   */
+  readonly readOnly?: boolean | undefined
 }
 
 type WriteError = committer.WriteError | SessionError.InvalidEventData | SessionError.SessionFull
@@ -89,6 +117,13 @@ interface WriterState {
 }
 
 
+
+interface LeaseRow {
+  readonly session_id: string
+  readonly token: string
+  readonly holder: string
+  readonly expires_at: number | string
+}
 
 interface HeaderRow {
   readonly session_id: string
@@ -119,21 +154,39 @@ const make = (options: Options | undefined) =>
     const limits = recordSize.limitsOf("SqlSessionPersistence", options)
     if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
     const { maxEventBytes, maxSessionBytes } = limits.right
+    const startTimeOf = options?.processStartTime ?? procStartTime
     const leases: lease.LeaseContext = {
       sql,
       ttlMillis,
-      holder: `instance ${JSON.stringify(instanceId)} (process ${process.pid} on host ${JSON.stringify(os.hostname())})`
+      holder: `instance ${JSON.stringify(instanceId)} ` +
+        `(process ${process.pid} on host ${JSON.stringify(os.hostname())})`,
+      self: {
+        host: os.hostname(),
+        pid: process.pid,
+        startTime: startTimeOf(process.pid),
+        pidNamespace: procPidNamespace()
+      },
+      probe: {
+        isProcessAlive: options?.isProcessAlive ?? isProcessAlive,
+        processStartTime: startTimeOf,
+        inNamespace: procInNamespace
+      }
     }
 
-    if (dialect === "sqlite") {
-      const level = durability === "fsync" ? "FULL" : "NORMAL"
-      yield* sql.unsafe(`PRAGMA synchronous = ${level}`).pipe(
-        Effect.mapError(persistenceError(`setting PRAGMA synchronous = ${level}`))
+    if (options?.readOnly === true) {
+      yield* checkReadable(sql)
+    } else {
+      if (dialect === "sqlite") {
+        const level = durability === "fsync" ? "FULL" : "NORMAL"
+        yield* sql.unsafe(`PRAGMA synchronous = ${level}`).pipe(
+          Effect.mapError(persistenceError(`setting PRAGMA synchronous = ${level}`))
+        )
+      }
+      yield* migrate(sql, dialect).pipe(
+        Effect.catchTag("SqlError", (error) =>
+          Effect.fail(persistenceError("migrating the effect-agent tables")(error)))
       )
     }
-    yield* migrate(sql, dialect).pipe(
-      Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("migrating the effect-agent tables")(error)))
-    )
 
     const takeLease = (id: SessionId) =>
       Effect.acquireRelease(
@@ -478,3 +531,46 @@ export const layerRuntime = (
   FactoryAlreadySet | SessionError.PersistenceError,
   Model | SqlClient
 > => AgentRuntime.layer.pipe(Layer.provideMerge(layer(options)))
+
+/**
+ * Removes the writer lease of session `id` in the database of the context's `SqlClient`, whoever
+ * holds it, with a warning naming the holder (PKG-04); nothing happens when no lease is held. For
+ * operators only: use it when the holder is known to be gone — a process of another host, or a
+ * hung one, whose lease is never guessed dead (a dead process of this host is taken over at once
+ * by the next writer). Breaking the lease of a live writer makes its next append fail
+ * `SessionConflict` (the fencing token changed), so the log stays consistent.
+ *
+ * @example
+ * ```ts
+ * import { SqliteClient } from "@effect/sql-sqlite-node"
+ * import { Effect } from "effect"
+ * import * as Message from "effect-agent/Message"
+ * import * as SqlSessionPersistence from "effect-agent/SqlSessionPersistence"
+ *
+ * const program = SqlSessionPersistence.breakLock(Message.SessionId.make("support-1")).pipe(
+ *   Effect.provide(SqliteClient.layer({ filename: "./sessions.db" }))
+ * )
+ * ```
+ *
+ * @since 0.2.0
+ * @category locks
+ */
+export const breakLock = Effect.fn("SqlSessionPersistence.breakLock")(function*(id: SessionId) {
+  yield* assertSessionId(id, "a stored session")
+  const sql = (yield* SqlClient).withoutTransforms()
+  yield* Effect.gen(function*() {
+    const rows = yield* sql<LeaseRow>`SELECT session_id, token, holder, expires_at
+      FROM effect_agent_leases WHERE session_id = ${id}`
+    // DUR-07: only this id's own lease, also under a collation that folds case
+    const row = rows.find((candidate) => candidate.session_id === id)
+    if (row === undefined) return
+    yield* Effect.logWarning(
+      `effect-agent: breaking the lock of session ${JSON.stringify(id)} held by ${row.holder} ` +
+        `(lease valid until ${new Date(Number(row.expires_at)).toISOString()})`
+    )
+    yield* sql`DELETE FROM effect_agent_leases WHERE session_id = ${id} AND token = ${row.token}`
+  }).pipe(
+    Effect.catchTag("SqlError", (error) =>
+      Effect.fail(persistenceError(`breaking the lock of session ${JSON.stringify(id)}`)(error)))
+  )
+})

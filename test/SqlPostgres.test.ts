@@ -107,8 +107,9 @@ if (url === undefined) {
       withDatabase((process, sql) =>
         Effect.gen(function*() {
           yield* Effect.forEach(["a", "b", "c", "d"], (id) => process(id), { concurrency: "unbounded" })
-          const versions = yield* sql<{ readonly version: number }>`SELECT version FROM effect_agent_migrations`
-          assert.deepStrictEqual(versions.map((row) => row.version), [1])
+          const versions = yield* sql<{ readonly version: number }>`SELECT version FROM effect_agent_migrations
+            ORDER BY version`
+          assert.deepStrictEqual(versions.map((row) => row.version), [1, 2])
         })))
 
     it.effect("PERS-01 concurrent creates of one id from separate pools have exactly one winner", () =>

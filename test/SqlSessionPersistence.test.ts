@@ -73,7 +73,7 @@ describe("SqlSessionPersistence on SQLite", () => {
       yield* instance("first")
       yield* instance("second")
       const versions = yield* sql<{ readonly version: number }>`SELECT version FROM effect_agent_migrations`
-      assert.deepStrictEqual(versions.map((row) => row.version), [1])
+      assert.deepStrictEqual(versions.map((row) => row.version), [1, 2])
       const tables = yield* sql<{ readonly name: string }>`SELECT name FROM sqlite_master
         WHERE type = 'table' AND name LIKE 'effect_agent_%' ORDER BY name`
       assert.deepStrictEqual(tables.map((row) => row.name), [
@@ -88,10 +88,10 @@ describe("SqlSessionPersistence on SQLite", () => {
     inSqlite(Effect.gen(function*() {
       const sql = yield* SqlClient
       yield* instance("first")
-      yield* sql`INSERT INTO effect_agent_migrations (version, name, applied_at) VALUES (2, 'future', 0)`
+      yield* sql`INSERT INTO effect_agent_migrations (version, name, applied_at) VALUES (3, 'future', 0)`
       const refused = yield* Effect.flip(instance("second"))
       assert.strictEqual(refused._tag, "PersistenceError")
-      assert.include(refused.reason, "schema version 2")
+      assert.include(refused.reason, "schema version 3")
     })))
 
   it.effect("PERS-05 one row per event with a unique (session_id, seq), one header row per session", () =>

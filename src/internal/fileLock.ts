@@ -73,7 +73,7 @@ export interface ProcessProbe {
    * Looks for the process `pid` of another PID namespace from here: `"Running"` or `"Gone"` when
    * that namespace is visible (this process is in an ancestor namespace), `"Invisible"` when it is not.
    */
-  readonly inNamespace: (namespace: string, pid: number, startTime: string | undefined) => NamespaceLookup
+  readonly inNamespace?: ((namespace: string, pid: number, startTime: string | undefined) => NamespaceLookup) | undefined
 }
 
 /** @internal */
@@ -202,33 +202,67 @@ export const procInNamespace = (namespace: string, pid: number, startTime: strin
   return visible ? "Gone" : "Invisible"
 }
 
-type Liveness = "Running" | "Gone" | "Elsewhere"
+/**
+ * Whether a process of this host is running (signal 0 probes without signalling).
+ *
+ * @internal
+ */
+export const processIsAlive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    // EPERM: it exists but belongs to someone else.
+    return (error as { readonly code?: unknown }).code === "EPERM"
+  }
+}
+
+/** @internal */
+export type Liveness = "Running" | "Gone" | "Elsewhere"
 
 /**
- * A probe that throws cannot tell, and must not let us steal a lock: the process counts as running.
- * A lock written in another PID namespace is judged in that namespace when it is visible from here
- * (PERS-01: a pid of ours that happens to equal the owner's says nothing about the owner). When it
- * is not (a sibling namespace, or one that is gone, as after a container restart) the pid and start
- * time are judged as seen here, which is what lets a restarted container's PID 1 take over its own
- * stale lock; processes of sibling PID namespaces sharing a directory need distinct host names.
+ * DUR-06, PKG-04: whether the process a lock or lease names still runs, as seen from `host`. A
+ * process of another host is never judged (`Elsewhere`). A probe that throws cannot tell, and must
+ * not let us steal a lock: the process counts as running.
+ *
+ * @internal
  */
-const livenessOf = (ctx: LockContext, owner: LockOwner): Liveness => {
-  if (owner.host !== ctx.self.host) return "Elsewhere"
+export const processLiveness = (
+  probe: ProcessProbe,
+  self: { readonly host: string; readonly pidNamespace?: string | undefined },
+  owner: {
+    readonly host: string
+    readonly pid: number
+    readonly startTime?: string | undefined
+    readonly pidNamespace?: string | undefined
+  }
+): Liveness => {
+  if (owner.host !== self.host) return "Elsewhere"
   try {
+    // A pid of another PID namespace is judged in that namespace when it is visible from here
+    // (PERS-01: a pid of ours that happens to equal the owner's says nothing about the owner). When
+    // it is not (a sibling namespace, or one that is gone, as after a container restart) the pid and
+    // start time are judged as seen here, which lets a restarted container's PID 1 take over its own
+    // stale lock; processes of sibling PID namespaces sharing a store need distinct host names.
     const namespace = owner.pidNamespace
-    if (namespace !== undefined && ctx.self.pidNamespace !== undefined && namespace !== ctx.self.pidNamespace) {
-      const found = ctx.inNamespace(namespace, owner.pid, owner.startTime)
+    if (
+      namespace !== undefined && self.pidNamespace !== undefined && namespace !== self.pidNamespace &&
+      probe.inNamespace !== undefined
+    ) {
+      const found = probe.inNamespace(namespace, owner.pid, owner.startTime)
       if (found !== "Invisible") return found
     }
-    if (!ctx.isProcessAlive(owner.pid)) return "Gone"
+    if (!probe.isProcessAlive(owner.pid)) return "Gone"
     // A v1 lock, or one written where start times cannot be read: the pid alone decides.
     if (owner.startTime === undefined) return "Running"
-    const current = ctx.processStartTime(owner.pid)
+    const current = probe.processStartTime(owner.pid)
     return current === undefined || current === owner.startTime ? "Running" : "Gone"
   } catch {
     return "Running"
   }
 }
+
+const livenessOf = (ctx: LockContext, owner: LockOwner): Liveness => processLiveness(ctx, ctx.self, owner)
 
 // --- Reading and writing lock files ---
 

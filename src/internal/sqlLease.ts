@@ -7,7 +7,9 @@
  *
  * Each step is one statement, atomic on its own: `INSERT … ON CONFLICT DO NOTHING` to take a free
  * lease, a compare-and-set `UPDATE … WHERE token = old AND expires_at <= now` to take an expired
- * one. On Postgres the `UPDATE` of an append locks the lease row until commit, so a takeover waits
+ * one, `UPDATE … WHERE token = old` to take the lease of a holder that is a dead process of this
+ * host (PKG-04: the row names host, pid and start time, judged like a lock file's owner, DUR-06).
+ * On Postgres the `UPDATE` of an append locks the lease row until commit, so a takeover waits
  * for the append in flight and then sees the renewed `expires_at`.
  *
  * @internal
@@ -17,6 +19,35 @@ import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Effect, Either } from "effect"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
+import type { ProcessProbe } from "./fileLock.js"
+import { processLiveness } from "./fileLock.js"
+
+/** The process a lease names (PKG-04). @internal */
+export interface LeaseHolder {
+  readonly host: string
+  readonly pid: number
+  /** `undefined` where the platform cannot tell a process's start (then the pid alone decides). */
+  readonly startTime: string | undefined
+  /** The holder's PID namespace (DUR-06), `undefined` where it cannot be read. */
+  readonly pidNamespace?: string | undefined
+}
+
+/**
+ * The `holder_start` column: the start time, then `|` and the PID namespace when known (a start
+ * time never holds a `|`). Older rows hold the start time alone.
+ */
+const encodeStart = (holder: LeaseHolder): string | null =>
+  holder.startTime === undefined
+    ? null
+    : holder.pidNamespace === undefined
+    ? holder.startTime
+    : `${holder.startTime}|${holder.pidNamespace}`
+
+const decodeStart = (stored: string | null): { readonly startTime?: string; readonly pidNamespace?: string } => {
+  if (stored === null) return {}
+  const bar = stored.indexOf("|")
+  return bar < 0 ? { startTime: stored } : { startTime: stored.slice(0, bar), pidNamespace: stored.slice(bar + 1) }
+}
 
 /** @internal */
 export interface LeaseContext {
@@ -24,6 +55,10 @@ export interface LeaseContext {
   readonly ttlMillis: number
   /** Who new leases are written for (a human-readable description of this process). */
   readonly holder: string
+  /** This process, recorded in new leases. */
+  readonly self: LeaseHolder
+  /** Tells whether the holder of a lease of this host still runs. */
+  readonly probe: ProcessProbe
 }
 
 /** A lease this process holds. @internal */
@@ -36,13 +71,35 @@ interface LeaseRow {
   readonly token: string
   readonly holder: string
   readonly expires_at: number | string | bigint
+  readonly holder_host: string | null
+  readonly holder_pid: number | string | null
+  readonly holder_start: string | null
 }
 
+/**
+ * PKG-04: the remedy a SQL `SessionLocked` names. The lease of a dead process of this host never
+ * gets here (it is taken over), so the holder runs, is on another host, or is unknown.
+ *
+ * @internal
+ */
+export const lockedRemedy = (id: SessionId): string =>
+  "wait until its writer releases it or its lease expires (a running writer renews it); if that process is " +
+  "gone for good (another host, a hung process), break the lock as an operator: SqlSessionPersistence.breakLock" +
+  `(${JSON.stringify(id)}) or \`effect-agent sessions break-lock ${id} --sqlite <file> | --postgres <url>\``
+
+const validUntil = (row: LeaseRow) => `lease valid until ${new Date(Number(row.expires_at)).toISOString()}`
+
 const locked = (id: SessionId, row: LeaseRow) =>
-  new SessionError.SessionLocked({
-    id,
-    holder: `${row.holder}, lease valid until ${new Date(Number(row.expires_at)).toISOString()}`
-  })
+  new SessionError.SessionLocked({ id, holder: `${row.holder}, ${validUntil(row)}`, remedy: lockedRemedy(id) })
+
+/** PKG-04: whether the row's holder is a process of this host that no longer runs (v1 rows never are). */
+const isHolderGone = (ctx: LeaseContext, row: LeaseRow): boolean => {
+  if (row.holder_host === null || row.holder_pid === null) return false
+  const pid = Number(row.holder_pid)
+  if (!Number.isSafeInteger(pid) || pid <= 0) return false
+  const owner = { host: row.holder_host, pid, ...decodeStart(row.holder_start) }
+  return processLiveness(ctx.probe, ctx.self, owner) === "Gone"
+}
 
 /**
  * Takes the lease of `id` for this process, or fails `SessionLocked` at once with its holder. Not
@@ -54,35 +111,51 @@ export const acquire = (
   ctx: LeaseContext,
   id: SessionId
 ): Effect.Effect<Lease, SessionError.SessionLocked | SqlError> => {
-  const { sql } = ctx
+  const { self, sql } = ctx
   const attempt = (retries: number): Effect.Effect<Lease, SessionError.SessionLocked | SqlError> =>
     Effect.gen(function*() {
       const now = yield* Clock.currentTimeMillis
       const token = globalThis.crypto.randomUUID()
       const expiresAt = now + ctx.ttlMillis
       const inserted = yield* sql<{ readonly token: string }>`INSERT INTO effect_agent_leases
-        (session_id, token, holder, expires_at) VALUES (${id}, ${token}, ${ctx.holder}, ${expiresAt})
+        (session_id, token, holder, expires_at, holder_host, holder_pid, holder_start)
+        VALUES (${id}, ${token}, ${ctx.holder}, ${expiresAt}, ${self.host}, ${self.pid}, ${encodeStart(self)})
         ON CONFLICT (session_id) DO NOTHING RETURNING token`
       if (inserted.length > 0) return { id, token }
 
-      const current = yield* sql<LeaseRow>`SELECT token, holder, expires_at FROM effect_agent_leases
-        WHERE session_id = ${id}`
+      const current = yield* sql<LeaseRow>`SELECT token, holder, expires_at, holder_host, holder_pid, holder_start
+        FROM effect_agent_leases WHERE session_id = ${id}`
       const again = (why: string) =>
         retries > 0
           ? attempt(retries - 1)
-          : Effect.fail(new SessionError.SessionLocked({ id, holder: `a writer that keeps changing (${why})` }))
+          : Effect.fail(
+            new SessionError.SessionLocked({
+              id,
+              holder: `a writer that keeps changing (${why})`,
+              remedy: lockedRemedy(id)
+            })
+          )
       const row = current[0]
       if (row === undefined) return yield* again("the lease was released while we looked")
-      if (Number(row.expires_at) > now) return yield* locked(id, row)
+      const isExpired = Number(row.expires_at) <= now
+      // PKG-04: a dead holder of this host is taken over at once; one of another host never is.
+      const isOrphaned = !isExpired && isHolderGone(ctx, row)
+      if (!isExpired && !isOrphaned) return yield* locked(id, row)
 
+      // compare-and-set on the token; an expired lease also must still be expired
+      const stillExpiredBy = isOrphaned ? Number.MAX_SAFE_INTEGER : now
       const taken = yield* sql<{ readonly token: string }>`UPDATE effect_agent_leases
-        SET token = ${token}, holder = ${ctx.holder}, expires_at = ${expiresAt}
-        WHERE session_id = ${id} AND token = ${row.token} AND expires_at <= ${now}
+        SET token = ${token}, holder = ${ctx.holder}, expires_at = ${expiresAt},
+          holder_host = ${self.host}, holder_pid = ${self.pid}, holder_start = ${encodeStart(self)}
+        WHERE session_id = ${id} AND token = ${row.token} AND expires_at <= ${stillExpiredBy}
         RETURNING token`
-      if (taken.length === 0) return yield* again("the expired lease changed while we took it over")
+      if (taken.length === 0) return yield* again("the lease changed while we took it over")
       yield* Effect.logWarning(
-        `effect-agent: took over the expired lease of session ${JSON.stringify(id)} from ${row.holder} ` +
-          `(it expired at ${new Date(Number(row.expires_at)).toISOString()} without being renewed)`
+        isOrphaned
+          ? `effect-agent: took over the lease of session ${JSON.stringify(id)} from ${row.holder}, ` +
+            `which is no longer running (its ${validUntil(row)})`
+          : `effect-agent: took over the expired lease of session ${JSON.stringify(id)} from ${row.holder} ` +
+            `(it expired at ${new Date(Number(row.expires_at)).toISOString()} without being renewed)`
       )
       return { id, token }
     })

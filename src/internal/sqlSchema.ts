@@ -8,7 +8,10 @@
  * - `events (session_id, seq, event_time, event_type, record)`: one row per event, unique
  *   `(session_id, seq)`; `record` is the whole event as JSON text (the other columns are for
  *   queries: reads validate `record` alone);
- * - `leases (session_id, token, holder, expires_at)`: the single writer of a session (PERS-01).
+ * - `leases (session_id, token, holder, expires_at, holder_host, holder_pid, holder_start)`: the
+ *   single writer of a session (PERS-01); since version 2 it names its process (host, pid, start
+ *   time), so a lease of a dead process of the same host is taken over at once (PKG-04). Rows
+ *   written by version 1 have NULL there and wait for their expiry.
  *
  * JSON is stored as text, never `jsonb`: `jsonb` reorders keys, and the log must read back exactly.
  *
@@ -62,6 +65,16 @@ const migrations: ReadonlyArray<Migration> = [
         expires_at BIGINT NOT NULL
       )`
     ]
+  },
+  {
+    // PKG-04: who holds a lease, so a dead holder on this host is recognised (DUR-06's identity)
+    version: 2,
+    name: "lease holder process",
+    statements: [
+      `ALTER TABLE effect_agent_leases ADD COLUMN holder_host TEXT`,
+      `ALTER TABLE effect_agent_leases ADD COLUMN holder_pid INTEGER`,
+      `ALTER TABLE effect_agent_leases ADD COLUMN holder_start TEXT`
+    ]
   }
 ]
 
@@ -111,3 +124,31 @@ export const migrate = (
     }
     return ran
   }))
+
+/**
+ * For read-only use (the operator CLI's read commands): checks that the tables exist and that this
+ * library can read them, without creating or migrating anything. The read paths use only the
+ * columns of version 1, so an unmigrated version 1 database is read as it is.
+ *
+ * @internal
+ */
+export const checkReadable = (sql: SqlClient): Effect.Effect<number, SessionError.PersistenceError> =>
+  sql<{ readonly version: number | string }>`SELECT version FROM effect_agent_migrations`.pipe(
+    Effect.mapError((error) =>
+      new SessionError.PersistenceError({
+        reason: `this database holds no effect-agent tables (${error.message}); check the database you named`,
+        cause: error
+      })
+    ),
+    Effect.flatMap((rows) => {
+      const newest = Math.max(0, ...rows.map((row) => Number(row.version)))
+      return newest > schemaVersion
+        ? Effect.fail(
+          new SessionError.PersistenceError({
+            reason: `the effect-agent tables are at schema version ${newest}, newer than the version ` +
+              `${schemaVersion} this library knows; upgrade effect-agent to use this database`
+          })
+        )
+        : Effect.succeed(newest)
+    })
+  )

@@ -1,0 +1,316 @@
+/**
+ * `effect-agent sessions list | show | export | verify | repair | break-lock | rm` (CLI-01), on
+ * `@effect/cli`. Every command takes the store flags (exactly one of `--dir`, `--sqlite`,
+ * `--postgres`) and `--json`. Read commands (`list`, `show`, `export`, `verify`) open the store
+ * read-only and never take a lock; `repair` writes like a resume would, under the session's lock;
+ * `break-lock` uses the backend's operator tool; `rm` refuses a locked session.
+ *
+ * @internal
+ */
+import { Args, Command, Options } from "@effect/cli"
+import type { FileSystem, Path } from "@effect/platform"
+import { Chunk, Effect, Either, Option, Stream } from "effect"
+import type { Scope } from "effect"
+import * as Message from "../Message.js"
+import type { SessionId } from "../Message.js"
+import * as Repair from "../Repair.js"
+import * as SessionError from "../SessionError.js"
+import type { SessionEvent } from "../SessionEvent.js"
+import type { SessionSummary, UnreadableSession } from "../SessionPersistence.js"
+import { CommandFailed, exitCodeOf, UsageError } from "./errors.js"
+import * as inspect from "./inspect.js"
+import { fields, iso, progress, table, writeJson, writeStderr, writeStdout } from "./output.js"
+import * as store from "./store.js"
+import type { Access, Store } from "./store.js"
+
+// --- Shared flags ---
+
+const storeFlags = {
+  dir: Options.text("dir").pipe(
+    Options.withDescription("a directory of session files (FileSessionPersistence)"),
+    Options.optional
+  ),
+  sqlite: Options.text("sqlite").pipe(
+    Options.withDescription("a SQLite database file (SqlSessionPersistence)"),
+    Options.optional
+  ),
+  postgres: Options.redacted("postgres").pipe(
+    Options.withDescription("a Postgres URL (SqlSessionPersistence)"),
+    Options.optional
+  ),
+  json: Options.boolean("json").pipe(Options.withDescription("print exactly one JSON document on stdout"))
+}
+
+interface Flags extends store.StoreFlags {
+  readonly json: boolean
+}
+
+const idArg = Args.text({ name: "id" }).pipe(Args.withDescription("the session id"))
+
+/** A command's result: the JSON document, and the text people read. */
+interface Result {
+  readonly json: unknown
+  readonly human: string
+}
+
+type Failure = { readonly _tag: string; readonly message: string }
+
+/** Says why a command failed (stderr; also stdout under `--json`) and ends it with the error's exit code. */
+const fail = (flags: Flags, error: Failure) =>
+  Effect.gen(function*() {
+    const code = exitCodeOf(error)
+    yield* writeStderr(`effect-agent: ${error.message}`)
+    if (flags.json) yield* writeJson({ error: { _tag: error._tag, message: error.message, exitCode: code } })
+    return yield* new CommandFailed({ code })
+  })
+
+/** Runs `body` on the store the flags name, then prints its result the way the flags ask. */
+const withStore = <E extends Failure>(
+  flags: Flags,
+  access: Access,
+  body: (store: Store) => Effect.Effect<Result, E, Scope.Scope>
+): Effect.Effect<void, CommandFailed, FileSystem.FileSystem | Path.Path> =>
+  Effect.scoped(Effect.flatMap(store.open(flags, access), body)).pipe(
+    Effect.flatMap((result) => (flags.json ? writeJson(result.json) : writeStdout(result.human))),
+    Effect.catchAll((error) => fail(flags, error))
+  )
+
+const parseId = (raw: string): Effect.Effect<SessionId, UsageError> =>
+  Either.match(Message.sessionId(raw), {
+    onLeft: (error) => Effect.fail(new UsageError({ reason: error.message })),
+    onRight: Effect.succeed
+  })
+
+/** A command on one session: the id is checked before the store is opened. */
+const onSession = <E extends Failure>(
+  flags: Flags,
+  raw: string,
+  access: Access,
+  body: (store: Store, id: SessionId) => Effect.Effect<Result, E, Scope.Scope>
+) =>
+  Effect.flatMap(Effect.either(parseId(raw)), (id) =>
+    Either.isLeft(id) ? fail(flags, id.left) : withStore(flags, access, (opened) => body(opened, id.right)))
+
+// --- list ---
+
+const summaryJson = (entry: SessionSummary | UnreadableSession) =>
+  entry._tag === "UnreadableSession"
+    ? { _tag: entry._tag, id: entry.id, problem: entry.problem }
+    : {
+      _tag: entry._tag,
+      id: entry.id,
+      eventCount: entry.eventCount,
+      createdAt: iso(entry.header.createdAt),
+      updatedAt: iso(entry.updatedAt),
+      ...(entry.header.parentSession === undefined ? {} : { parentSession: entry.header.parentSession })
+    }
+
+const listRows = (entries: ReadonlyArray<SessionSummary | UnreadableSession>) =>
+  entries.map((entry) =>
+    entry._tag === "UnreadableSession"
+      ? [entry.id, "-", "-", `UNREADABLE: ${entry.problem}`]
+      : [entry.id, String(entry.eventCount), iso(entry.header.createdAt), iso(entry.updatedAt)]
+  )
+
+const listSessions = (opened: Store) =>
+  Effect.gen(function*() {
+    const shown = progress()
+    let count = 0
+    const entries = yield* opened.persistence.list.pipe(
+      Stream.tap(() => (++count % 100 === 0 ? shown.update(`listing sessions: ${count}`) : Effect.void)),
+      Stream.runCollect,
+      Effect.map(Chunk.toReadonlyArray),
+      Effect.ensuring(shown.done)
+    )
+    const unreadable = entries.filter((entry) => entry._tag === "UnreadableSession").length
+    const footer = `${entries.length} session(s) in ${opened.description}` +
+      (unreadable === 0 ? "" : `, ${unreadable} unreadable`)
+    return {
+      json: { sessions: entries.map(summaryJson) },
+      human: entries.length === 0
+        ? `no sessions in ${opened.description}`
+        : `${table(["ID", "EVENTS", "CREATED", "UPDATED"], listRows(entries))}\n\n${footer}`
+    } satisfies Result
+  })
+
+const list = Command.make("list", storeFlags, (flags) => withStore(flags, "read", listSessions)).pipe(
+  Command.withDescription("list the stored sessions, unreadable ones included (read-only)")
+)
+
+// --- show and verify ---
+
+const reportJson = (report: inspect.Report, lock: Option.Option<string>) => ({
+  id: report.id,
+  header: report.header,
+  eventCount: report.eventCount,
+  lastEventAt: report.lastEventAt === null ? null : iso(report.lastEventAt),
+  turns: report.turns,
+  lastTurn: report.lastTurn,
+  tornTailDropped: report.tornTailDropped,
+  repair: report.repair,
+  inbox: report.inbox,
+  lock: Option.getOrNull(lock)
+})
+
+const reportFields = (report: inspect.Report, lock: Option.Option<string>): Array<readonly [string, string]> => [
+  ["Session", report.id],
+  ["Created", `${iso(report.header.createdAt)} (format version ${report.header.version})`],
+  ...(report.header.parentSession === undefined
+    ? []
+    : [["Forked from", `${report.header.parentSession} (${report.header.seedLength} seed events)`] as const]),
+  ["Events", `${report.eventCount}${report.lastEventAt === null ? "" : `, the last at ${iso(report.lastEventAt)}`}`],
+  ["Turns", `${report.turns}; ${inspect.describeLastTurn(report.lastTurn)}`],
+  ["Inbox", `${report.inbox.nextTurn} pending for the next turn, ${report.inbox.nextStep} for the next step`],
+  ["Lock", Option.getOrElse(lock, () => "none")]
+]
+
+/** Reads `id` read-only and runs the checks of a resume on it. */
+const examine = (opened: Store, id: SessionId) =>
+  Effect.gen(function*() {
+    const shown = progress()
+    yield* shown.update(`reading session ${id}…`)
+    const stored = yield* opened.persistence.read(id).pipe(Effect.ensuring(shown.done))
+    yield* shown.update(`checking ${stored.events.length} events…`)
+    const report = yield* inspect.report(id, stored).pipe(Effect.ensuring(shown.done))
+    const lock = yield* opened.lockHolder(id)
+    return { report, lock }
+  })
+
+const show = Command.make("show", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
+  onSession(flags, id, "read", (opened, sessionId) =>
+    Effect.map(examine(opened, sessionId), ({ lock, report }) => ({
+      json: reportJson(report, lock),
+      human: fields(reportFields(report, lock))
+    })))).pipe(Command.withDescription("show a session's header, size, last turn, inbox and lock (read-only)"))
+
+const repairLines = (closers: ReadonlyArray<inspect.Closer>) =>
+  closers.map((closer) => `  seq ${closer.seq} ${closer.type}: ${closer.description}`)
+
+const verifyText = (report: inspect.Report, lock: Option.Option<string>) => {
+  const torn = report.tornTailDropped === 0
+    ? ""
+    : `; ${report.tornTailDropped} unterminated last record (a torn write) is dropped by a resume or repair`
+  const rows: Array<readonly [string, string]> = [
+    ["Session", report.id],
+    ["Header", `ok (format version ${report.header.version})`],
+    ["Records", `ok: ${report.eventCount} events${torn}`],
+    ["Inbox", `ok: replays; ${report.inbox.nextTurn} + ${report.inbox.nextStep} messages pending after repair`],
+    ["Last turn", inspect.describeLastTurn(report.lastTurn)],
+    ["Repair", report.repair.length === 0 ? "nothing to write" : `would write ${report.repair.length} event(s):`],
+    ["Lock", Option.getOrElse(lock, () => "none")]
+  ]
+  const lines = fields(rows).split("\n")
+  // the closers go under their row, before the lock
+  return [...lines.slice(0, 6), ...repairLines(report.repair), ...lines.slice(6), "", "ok: the session can be resumed"]
+    .join("\n")
+}
+
+const verify = Command.make("verify", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
+  onSession(flags, id, "read", (opened, sessionId) =>
+    Effect.map(examine(opened, sessionId), ({ lock, report }) => ({
+      json: { ok: true, ...reportJson(report, lock) },
+      human: verifyText(report, lock)
+    })))).pipe(
+    Command.withDescription(
+      "check a session as a resume would — header, every record, the inbox replay, the open turn and what repair " +
+        "would write — without writing (read-only)"
+    )
+  )
+
+// --- export ---
+
+const exportSession = Command.make(
+  "export",
+  {
+    ...storeFlags,
+    id: idArg,
+    format: Options.choice("format", ["jsonl", "markdown"]).pipe(Options.withDefault("jsonl"))
+  },
+  ({ format, id, ...flags }) =>
+    onSession(flags, id, "read", (opened, sessionId) =>
+      Effect.map(opened.persistence.read(sessionId), (stored) => ({
+        json: { header: stored.header, events: stored.events },
+        human: format === "markdown" ? inspect.markdown(stored) : inspect.jsonl(stored)
+      })))
+).pipe(Command.withDescription("print a session as JSONL (its stored records) or a Markdown transcript (read-only)"))
+
+// --- repair ---
+
+/** RES-03 without an agent: the closers of the open turn, checked by the inbox replay, written under the lock. */
+const repairSession = (opened: Store, id: SessionId) =>
+  Effect.gen(function*() {
+    const { stored, writer } = yield* opened.persistence.openWrite(id)
+    const closers = Repair.closers(stored.events, { seedLength: stored.header.seedLength })
+    yield* inspect.report(id, stored)
+    if (closers.length > 0) yield* writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
+    const written = closers.map((event) => ({
+      seq: event.seq,
+      type: event.type,
+      description: inspect.describeCloser(event)
+    }))
+    const torn = stored.tornTailDropped === 0
+      ? []
+      : [`dropped ${stored.tornTailDropped} unterminated last record (a torn write)`]
+    const human = written.length === 0
+      ? [...torn, `session ${id} needs no repair: nothing written`]
+      : [...torn, `repaired session ${id}: wrote ${written.length} event(s)`, ...repairLines(written)]
+    return {
+      json: { id, tornTailDropped: stored.tornTailDropped, written },
+      human: human.join("\n")
+    } satisfies Result
+  })
+
+const repair = Command.make("repair", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
+  onSession(flags, id, "write", repairSession)).pipe(
+    Command.withDescription("close an interrupted last turn as a resume would, under the session's lock")
+  )
+
+// --- break-lock and rm ---
+
+const breakSessionLock = (opened: Store, id: SessionId) =>
+  Effect.gen(function*() {
+    const holder = yield* opened.lockHolder(id)
+    if (Option.isNone(holder) && !(yield* opened.persistence.exists(id))) {
+      return yield* new SessionError.SessionNotFound({ id })
+    }
+    yield* opened.breakLock(id)
+    return {
+      json: { id, broken: Option.isSome(holder), holder: Option.getOrNull(holder) },
+      human: Option.match(holder, {
+        onNone: () => `session ${id} was not locked: nothing to break`,
+        onSome: (who) => `broke the lock of session ${id}, held by ${who}`
+      })
+    } satisfies Result
+  })
+
+const breakLock = Command.make("break-lock", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
+  onSession(flags, id, "read", breakSessionLock)).pipe(
+    Command.withDescription(
+      "remove a session's writer lock whoever holds it — only when that holder is known to be gone"
+    )
+  )
+
+const removeSession = (opened: Store, id: SessionId) =>
+  Effect.gen(function*() {
+    if (!(yield* opened.persistence.exists(id))) return yield* new SessionError.SessionNotFound({ id })
+    yield* opened.persistence.remove(id)
+    return { json: { id, removed: true }, human: `removed session ${id}` } satisfies Result
+  })
+
+const rm = Command.make("rm", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
+  onSession(flags, id, "write", removeSession)).pipe(
+    Command.withDescription("delete a stored session; refused while a writer holds it")
+  )
+
+// --- The command tree ---
+
+const sessions = Command.make("sessions").pipe(
+  Command.withDescription("inspect and maintain stored sessions"),
+  Command.withSubcommands([list, show, exportSession, verify, repair, breakLock, rm])
+)
+
+/** The `effect-agent` command. @internal */
+export const command = Command.make("effect-agent").pipe(
+  Command.withDescription("the operator tool of effect-agent"),
+  Command.withSubcommands([sessions])
+)
