@@ -11,7 +11,7 @@ import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import type { Context } from "effect"
-import { Deferred, Effect, Either, Exit, Layer, Option, Scope, Stream } from "effect"
+import { Deferred, Effect, Either, Layer, Option, Stream } from "effect"
 import type { AgentHandle } from "../src/Agent.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
@@ -21,21 +21,12 @@ import * as Repair from "../src/Repair.js"
 import type { SessionEvent, SessionHeader } from "../src/SessionEvent.js"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import { endsCompleted, hasEntered, insertedIds, logViolations } from "./fixtures/faultyPersistence.js"
-import { route } from "./fixtures/runtime.js"
+import { route, runtimeOf } from "./fixtures/runtime.js"
 import { gate, lookup } from "./fixtures/tools.js"
 import { VERSION } from "../src/SessionEvent.js"
 import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
 const ID = "crashing"
-
-/** Builds a runtime in its own Scope (closed by `close`, or with the caller's Scope). */
-const runtimeOf = <E>(layer: Layer.Layer<AgentRuntime.Services, E>) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
-    const context = yield* Layer.buildWithScope(layer, scope)
-    return { context, close: Scope.close(scope, Exit.void) }
-  })
 
 /**
  * The recorded session. Requests, in order: 1 `q1` → text + `lookup`; 2 → text; 3 `q2` → streams

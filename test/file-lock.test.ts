@@ -106,6 +106,32 @@ const startHolder = (command: Command.Command) =>
 const holderCommand = (directory: string, id: string) =>
   Command.make(process.execPath, "--import", "tsx", fixture, directory, id)
 
+/** The lock holder as PID 1 of a PID namespace of its own (a container's process). */
+const namespacedHolderCommand = (directory: string, id: string) =>
+  Command.make(
+    "unshare",
+    "--pid",
+    "--fork",
+    "--mount-proc",
+    "--kill-child",
+    process.execPath,
+    "--import",
+    "tsx",
+    fixture,
+    directory,
+    id
+  )
+
+/** SIGKILLs the namespace's PID 1 (found from outside) and waits until it is gone. */
+const crashNamespace = (child: Child) =>
+  Effect.gen(function*() {
+    const outer = Number(child.pid)
+    const children = nodeFs.readFileSync(`/proc/${outer}/task/${outer}/children`, "utf8").trim()
+    process.kill(Number(children.split(/\s+/)[0]), "SIGKILL")
+    // unshare waits for its child, so its exit means PID 1 of the namespace is gone.
+    yield* Effect.ignore(child.exitCode)
+  })
+
 const hasPidNamespaces = process.platform === "linux" &&
   spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "--kill-child", "true"]).status === 0
 
@@ -155,34 +181,13 @@ describe("file lock (DUR-06)", () => {
           Effect.gen(function*() {
             const id = sid("container")
             yield* storedSession(directory, id, 2)
-            const inNamespace = Command.make(
-              "unshare",
-              "--pid",
-              "--fork",
-              "--mount-proc",
-              "--kill-child",
-              process.execPath,
-              "--import",
-              "tsx",
-              fixture,
-              directory,
-              id
-            )
-            /** SIGKILLs the namespace's PID 1 (found from outside) and waits until it is gone. */
-            const crash = (child: Child) =>
-              Effect.gen(function*() {
-                const outer = Number(child.pid)
-                const children = nodeFs.readFileSync(`/proc/${outer}/task/${outer}/children`, "utf8").trim()
-                process.kill(Number(children.split(/\s+/)[0]), "SIGKILL")
-                // unshare waits for its child, so its exit means PID 1 of the namespace is gone.
-                yield* Effect.ignore(child.exitCode)
-              })
+            const inNamespace = namespacedHolderCommand(directory, id)
 
             const first = yield* startHolder(inNamespace)
             assert.strictEqual(first.pid, 1)
             const before = yield* readOwner(lockOf(directory, id))
             assert.strictEqual(before.pid, 1)
-            yield* crash(first.child)
+            yield* crashNamespace(first.child)
 
             // The "restarted container": PID 1 again, started later. A pid check alone sees its own
             // pid alive and would refuse its own stale lock forever.
@@ -192,7 +197,7 @@ describe("file lock (DUR-06)", () => {
             assert.strictEqual(after.pid, 1)
             assert.notStrictEqual(after.startTime, before.startTime)
             assert.notStrictEqual(after.token, before.token)
-            yield* crash(second.child)
+            yield* crashNamespace(second.child)
             const childLog = yield* Fiber.join(second.log)
             assert.include(childLog, "took over the lock", childLog)
 
@@ -213,19 +218,7 @@ describe("file lock (DUR-06)", () => {
           Effect.gen(function*() {
             const id = sid("namespaced")
             yield* storedSession(directory, id, 1)
-            const holder = yield* startHolder(Command.make(
-              "unshare",
-              "--pid",
-              "--fork",
-              "--mount-proc",
-              "--kill-child",
-              process.execPath,
-              "--import",
-              "tsx",
-              fixture,
-              directory,
-              id
-            ))
+            const holder = yield* startHolder(namespacedHolderCommand(directory, id))
             // The holder is PID 1 of its namespace; here, pid 1 is this host's init (alive, started
             // at another time): judged here, the live holder would look gone.
             const held = yield* readOwner(lockOf(directory, id))
@@ -236,10 +229,7 @@ describe("file lock (DUR-06)", () => {
             const refused = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
             assert.strictEqual(refused._tag, "SessionLocked")
             // Once it is gone (its namespace with it), the lock is stale and taken over.
-            const outer = Number(holder.child.pid)
-            const inner = nodeFs.readFileSync(`/proc/${outer}/task/${outer}/children`, "utf8").trim()
-            process.kill(Number(inner.split(/\s+/)[0]), "SIGKILL")
-            yield* Effect.ignore(holder.child.exitCode)
+            yield* crashNamespace(holder.child)
             const { stored } = yield* Effect.scoped(persistence.openWrite(id))
             assert.deepStrictEqual(stored.events, notes(0, 1))
           })).pipe(Effect.scoped)

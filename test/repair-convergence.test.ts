@@ -13,7 +13,7 @@
 import { FileSystem } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Either, Exit, Layer, Schema, Scope } from "effect"
+import { Deferred, Effect, Either, Layer, Schema } from "effect"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
 import * as Message from "../src/Message.js"
@@ -21,7 +21,7 @@ import * as Model from "../src/Model.js"
 import * as Repair from "../src/Repair.js"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import { insertedIds, logViolations } from "./fixtures/faultyPersistence.js"
-import { route } from "./fixtures/runtime.js"
+import { route, runtimeOf } from "./fixtures/runtime.js"
 import { gate, lookup } from "./fixtures/tools.js"
 import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 
@@ -32,11 +32,7 @@ const withRuntime = <A, E>(
   layer: Layer.Layer<AgentRuntime.Services, unknown>,
   body: Effect.Effect<A, E, AgentRuntime.Services>
 ) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const context = yield* Layer.buildWithScope(layer, scope)
-    return yield* Effect.provide(body, context).pipe(Effect.ensuring(Scope.close(scope, Exit.void)))
-  })
+  Effect.flatMap(runtimeOf(layer), (runtime) => Effect.provide(body, runtime.context).pipe(Effect.ensuring(runtime.close)))
 
 /** The recorded session: q1 → lookup → text; q2 (a large message) → text; q3 → gate, steered by s1 → text. */
 const recordSession = Effect.gen(function*() {

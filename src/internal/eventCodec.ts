@@ -189,7 +189,12 @@ const keyCount = (o: Fields): number => {
   return n
 }
 
-const isNat = (u: unknown): boolean => Number.isSafeInteger(u) && (u as number) >= 0 && !Object.is(u, -0)
+/**
+ * A count the log stores: a safe integer ≥ 0 (never `-0`).
+ *
+ * @internal
+ */
+export const isNat = (u: unknown): u is number => Number.isSafeInteger(u) && (u as number) >= 0 && !Object.is(u, -0)
 const isPositive = (u: unknown): boolean => Number.isSafeInteger(u) && (u as number) >= 1
 const isString = (u: unknown): u is string => typeof u === "string"
 const isNonEmpty = (u: unknown): boolean => typeof u === "string" && u.length >= 1
@@ -293,7 +298,12 @@ const isTurnEndReason = (u: unknown): boolean => {
   }
 }
 
-const usageFields = ["inputTokens", "outputTokens", "reasoningTokens", "cachedInputTokens"] as const
+/**
+ * The fields of `Usage` (DUR-02: a provider's other usage fields are dropped).
+ *
+ * @internal
+ */
+export const usageFields = ["inputTokens", "outputTokens", "reasoningTokens", "cachedInputTokens"] as const
 
 const isUsage = (u: unknown): boolean => {
   if (!isFields(u)) return false

@@ -7,7 +7,7 @@
 import { Either, ParseResult, Schema } from "effect"
 import { ContentPart } from "../Message.js"
 import type { FinishReason, Usage } from "../SessionEvent.js"
-import { isContentPart } from "./eventCodec.js"
+import { isContentPart, isNat, usageFields } from "./eventCodec.js"
 import { snapshot } from "./json.js"
 
 /** The longest provider call id kept as the `callId` (DUR-02). */
@@ -76,11 +76,6 @@ export const normalizeCalls = (
   return out
 }
 
-const usageFields = ["inputTokens", "outputTokens", "reasoningTokens", "cachedInputTokens"] as const
-
-const isCount = (value: unknown): value is number =>
-  typeof value === "number" && Number.isSafeInteger(value) && value >= 0 && !Object.is(value, -0)
-
 /**
  * The usage a provider reported, keeping only the known fields that are integers ≥ 0 (DUR-02);
  * undefined when nothing is left.
@@ -98,7 +93,7 @@ export const normalizeUsage = (usage: unknown): Usage | undefined => {
     } catch {
       continue
     }
-    if (isCount(value)) {
+    if (isNat(value)) {
       out[field] = value
       kept++
     }
