@@ -61,6 +61,15 @@ export interface Options extends SizeLimits {
    */
   readonly processStartTime?: ((pid: number) => string | undefined) | undefined
   /**
+   * Whether the layer's start clears the locks that crashed writers of this host left on any session
+   * of the directory (default `true`): without it, such a lock stays until the session is resumed
+   * (which takes it over, DUR-06) or an operator breaks it. Locks of live writers and of other hosts
+   * are never touched. Turn it off for a very large directory whose start must not read every lock.
+   *
+   * @since 0.2.0
+   */
+  readonly clearStaleLocks?: boolean | undefined
+  /**
    * How many bytes one read of a session file asks for (default 1 MiB). Files are read by
    * streaming, one chunk at a time (DUR-05); tests lower it to cross chunk boundaries.
    *
@@ -209,6 +218,8 @@ const make = (options: Options) =>
       yield* makeDirectory
       // DUR-06: temp and guard files that crashed lock operations left behind.
       yield* fileLock.sweepQuietly(lockContext)
+      // Issue 15: locks of dead writers on sessions nobody resumes do not stay forever.
+      if (options.clearStaleLocks !== false) yield* fileLock.clearStaleLocks(lockContext)
     }
 
     // A new directory entry is durable only once the directory itself is synced; not every

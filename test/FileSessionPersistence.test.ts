@@ -2,6 +2,7 @@ import { Command, FileSystem } from "@effect/platform"
 import { NodeContext, NodeFileSystem } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Chunk, Context, Deferred, Effect, Either, Exit, FastCheck, Fiber, Layer, Option, Scope, Stream } from "effect"
+import * as nodeFs from "node:fs"
 import * as os from "node:os"
 import { fileURLToPath } from "node:url"
 import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
@@ -277,9 +278,11 @@ describe("FileSessionPersistence", () => {
         yield* storedSession(directory, id, 1)
         const dead = { host: os.hostname(), pid: 999_999, instanceId: "crashed", token: "dead-token" }
         yield* writeText(lockOf(directory, id), JSON.stringify(dead))
+        // the takeover at open; the layer's start would clear the lock first (test below)
         const persistence = yield* persistenceAt(directory, {
           instanceId: "taker",
-          isProcessAlive: (pid) => pid !== dead.pid
+          isProcessAlive: (pid) => pid !== dead.pid,
+          clearStaleLocks: false
         })
 
         const [taken, logs] = yield* withLogs(Effect.scoped(Effect.gen(function*() {
@@ -300,6 +303,39 @@ describe("FileSessionPersistence", () => {
         assert.deepStrictEqual((yield* fs.readDirectory(directory)).sort(), [`${id}.jsonl`])
         assert.deepStrictEqual((yield* persistence.read(id)).events, notes(0, 2))
       })))
+
+  it.effect(
+    "PERS-01 DUR-06 a layer's start clears the locks dead writers of this host left on sessions nobody resumes",
+    () =>
+      inDirectory((directory) =>
+        Effect.gen(function*() {
+          const fs = yield* FileSystem.FileSystem
+          const [dead, live, remote] = [sid("nobody-resumes"), sid("held-live"), sid("held-remote")]
+          for (const id of [dead, live, remote]) yield* storedSession(directory, id, 1)
+          const owner = (pid: number, host: string, token: string) =>
+            JSON.stringify({ host, pid, instanceId: "other", token })
+          yield* writeText(lockOf(directory, dead), owner(999_999, os.hostname(), "dead-token"))
+          yield* writeText(lockOf(directory, live), owner(process.pid, os.hostname(), "live-token"))
+          yield* writeText(lockOf(directory, remote), owner(4242, "another-host.example", "remote-token"))
+          const isProcessAlive = (pid: number) => pid !== 999_999
+
+          // Turned off: the start leaves every lock alone.
+          yield* persistenceAt(directory, { isProcessAlive, clearStaleLocks: false })
+          assert.isTrue(nodeFs.existsSync(lockOf(directory, dead)))
+
+          const [, logs] = yield* withLogs(persistenceAt(directory, { isProcessAlive }))
+          const names = (yield* fs.readDirectory(directory)).sort()
+          assert.deepStrictEqual(names, [dead, live, remote].flatMap((id) => [`${id}.jsonl`]).concat(
+            [`${live}.lock`, `${remote}.lock`]
+          ).sort())
+          assert.isTrue(
+            logs.some((l) => l.startsWith("WARN") && l.includes("took over") && l.includes(dead)),
+            logs.join("\n")
+          )
+          assert.include(yield* readText(lockOf(directory, live)), "live-token")
+          assert.include(yield* readText(lockOf(directory, remote)), "remote-token")
+        })).pipe(Effect.scoped)
+  )
 
   it.effect("PERS-01 a lock from another host is never taken over; breakLock removes it", () =>
     inDirectory((directory) =>

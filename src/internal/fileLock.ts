@@ -605,6 +605,49 @@ export const sweepQuietly = (ctx: LockContext, only?: string): Effect.Effect<voi
     Effect.catchAll((error) => Effect.logWarning(`effect-agent: could not clean up lock leftovers: ${error.reason}`))
   )
 
+/** `<id>.lock`, the lock file of session `id`. */
+const lockName = /^(.+)\.lock$/
+
+/** Whether a lock found at start is one its writer can never release (DUR-06's judgement, read-only). */
+const isAbandoned = (ctx: LockContext, entry: Entry): boolean =>
+  entry._tag === "Owned"
+    ? livenessOf(ctx, entry.owner) === "Gone"
+    : entry._tag === "Anonymous" && entry.ageMillis >= v1LeftoverAgeMillis
+
+/** Takes over the abandoned lock of `id` and releases it at once; a writer that got there first wins. */
+const clearLock = (ctx: LockContext, id: string, file: string) =>
+  Effect.flatMap(inspect(ctx, file), (entry) =>
+    isAbandoned(ctx, entry)
+      ? Effect.scoped(Effect.acquireRelease(acquire(ctx, id), (owner) => release(ctx, id, owner)))
+      : Effect.void).pipe(
+      Effect.catchTag("SessionLocked", () => Effect.void),
+      Effect.catchAll((error) =>
+        Effect.logWarning(
+          `effect-agent: could not clear the stale lock of session ${JSON.stringify(id)}: ${error.reason}`
+        )
+      )
+    )
+
+/**
+ * Removes the locks that crashed writers of this host left on any session of the directory, by the
+ * same guarded takeover a resume performs (DUR-06), then a release — so a session nobody resumes
+ * does not stay locked (issue 15). Locks of live writers, of other hosts, and young files that do
+ * not name an owner are not touched. Never fails: what cannot be cleared is reported by a warning
+ * and stays for the takeover at resume, or for an operator's break-lock.
+ *
+ * @internal
+ */
+export const clearStaleLocks = (ctx: LockContext): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    for (const name of yield* listDirectory(ctx)) {
+      const id = lockName.exec(name)?.[1]
+      if (id === undefined) continue
+      yield* clearLock(ctx, id, ctx.path.join(ctx.directory, name))
+    }
+  }).pipe(
+    Effect.catchAll((error) => Effect.logWarning(`effect-agent: could not clear stale session locks: ${error.reason}`))
+  )
+
 // --- Operator ---
 
 const describeEntry = (entry: Entry): string => {

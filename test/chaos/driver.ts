@@ -261,7 +261,8 @@ const runWorker = (
       verify: sessions.verify,
       final: plan === undefined,
       ops: plan?.ops ?? 0,
-      big: plan?.big ?? 0
+      big: plan?.big ?? 0,
+      keepStaleLocks: plan?.target === "takeover"
     }
     yield* Stream.make(JSON.stringify(config)).pipe(Stream.encodeText, Stream.run(child.stdin))
     const cycle: CycleState = {

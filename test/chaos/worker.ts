@@ -60,7 +60,8 @@ const { values: args } = parseArgs({
     ops: { type: "string", default: "30" },
     big: { type: "string", default: "0.02" },
     "lease-ttl": { type: "string", default: "250" },
-    stdin: { type: "boolean", default: false }
+    stdin: { type: "boolean", default: false },
+    "keep-stale-locks": { type: "boolean", default: false }
   }
 })
 
@@ -78,6 +79,11 @@ export interface CycleConfig {
   readonly final: boolean
   readonly ops: number
   readonly big: number
+  /**
+   * Files: leave locks of dead writers to the resumes (their takeover is what a `takeover` cycle aims
+   * at) instead of clearing them at the layer's start (the default, issue 15; the same protocol).
+   */
+  readonly keepStaleLocks: boolean
 }
 
 const configFromArgs: CycleConfig = {
@@ -86,7 +92,8 @@ const configFromArgs: CycleConfig = {
   verify: list(args.verify),
   final: args.final,
   ops: Number(args.ops),
-  big: Number(args.big)
+  big: Number(args.big),
+  keepStaleLocks: args["keep-stale-locks"]
 }
 
 /**
@@ -377,13 +384,15 @@ const program = Effect.gen(function*() {
       if (handle !== undefined) yield* Effect.orDie(handle.dispose)
     }
     yield* emit("done")
-  }).pipe(Effect.scoped, Effect.provide(runtimeLayer(model.layer, config.cycle)))
+  }).pipe(Effect.scoped, Effect.provide(runtimeLayer(model.layer, config)))
 }).pipe(Effect.scoped)
 
-function runtimeLayer(modelLayer: Layer.Layer<Model.Model>, cycle: number) {
-  const instanceId = `chaos-worker-${cycle}`
+function runtimeLayer(modelLayer: Layer.Layer<Model.Model>, config: CycleConfig) {
+  const instanceId = `chaos-worker-${config.cycle}`
   if (backend === "file") {
-    return NodeFileSessionPersistence.layerRuntime({ directory: store, durability: "fsync", instanceId }).pipe(
+    const clearStaleLocks = !config.keepStaleLocks
+    const options = { directory: store, durability: "fsync" as const, instanceId, clearStaleLocks }
+    return NodeFileSessionPersistence.layerRuntime(options).pipe(
       Layer.provide(modelLayer),
       Layer.merge(fileProbe),
       Layer.orDie
