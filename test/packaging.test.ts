@@ -175,6 +175,13 @@ describe("packaging", () => {
         const ran = yield* runQuickStart(app)
         assert.include(ran.stdout, "user: What time is it?")
         assert.include(ran.stdout, "assistant: It is time to ship.")
+
+        // CLI-01: the bin of an app without the CLI's optional peers says what to install (exit 1).
+        const bin = path.join(app, "node_modules", ".bin", "effect-agent")
+        const refused = yield* Effect.flip(run(bin, ["sessions", "list", "--dir", tmp], app))
+        assert.include(refused.message, "the command line needs @effect/cli", refused.message)
+        assert.include(refused.message, "npm install --save-dev @effect/cli@^0.77")
+        assert.notInclude(refused.message, "ERR_MODULE_NOT_FOUND")
       }),
     // Pack (a build), an install, a full type-check of effect's declarations: about 45 s of CPU,
     // minutes of wall time on a loaded machine.

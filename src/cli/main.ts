@@ -1,37 +1,46 @@
 #!/usr/bin/env node
 /**
- * The `effect-agent` executable (CLI-01; the package's `bin`). Exit codes: 0 ok, 1 failure, 2
- * usage error, 3 session not found, 4 session locked, 5 session corrupt.
+ * The `effect-agent` executable (CLI-01; the package's `bin`). The command is built on packages that
+ * are optional peers of the library (PKG-01: an app that only embeds agents does not install them),
+ * so this launcher first checks that they can be found, and says what to install when they cannot,
+ * instead of failing with a module resolution error.
  *
  * @internal
  */
-import { Command, ValidationError } from "@effect/cli"
-import * as NodeContext from "@effect/platform-node/NodeContext"
-import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Cause, Effect, Exit, Logger } from "effect"
-import { command } from "./commands.js"
-import { ExitCode } from "./errors.js"
-import { stderrLogger, writeStderr } from "./output.js"
 
-const VERSION = "0.2.0"
+import { readFileSync } from "node:fs"
 
-const cli = Command.run(command, { name: "effect-agent", version: VERSION })
+/** The packages `run.ts` imports besides `effect` and `@effect/platform` (the SQL drivers load on demand). */
+const required = ["@effect/cli", "@effect/platform-node", "@effect/sql"] as const
 
-/** The process's exit code: the command's, 2 for what `@effect/cli` refused (its message is printed already). */
-const program: Effect.Effect<ExitCode> = cli(process.argv).pipe(
-  Effect.as(ExitCode.ok),
-  Effect.catchAll((error) => {
-    if (ValidationError.isValidationError(error)) return Effect.succeed(ExitCode.usage)
-    return Effect.succeed(error.code)
-  }),
-  Effect.catchAllDefect((defect) =>
-    Effect.as(writeStderr(`effect-agent: unexpected failure: ${Cause.pretty(Cause.die(defect))}`), ExitCode.failure)
-  ),
-  Effect.provide(NodeContext.layer),
-  Effect.provide(Logger.replace(Logger.defaultLogger, stderrLogger))
-)
+/** The peer ranges of this version of the library (from its package.json), for the installation hint. */
+const peerRanges = (): Record<string, string> => {
+  try {
+    const manifest = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8"))
+    return manifest.peerDependencies ?? {}
+  } catch {
+    return {}
+  }
+}
 
-NodeRuntime.runMain(program, {
-  disablePrettyLogger: true,
-  teardown: (exit, onExit) => onExit(Exit.isSuccess(exit) && typeof exit.value === "number" ? exit.value : 1)
-})
+const isResolvable = (name: string): boolean => {
+  try {
+    import.meta.resolve(name)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const missing = required.filter((name) => !isResolvable(name))
+if (missing.length > 0) {
+  const ranges = peerRanges()
+  process.stderr.write(
+    `effect-agent: the command line needs ${missing.join(", ")}, optional peer dependencies of effect-agent ` +
+      "that this installation lacks. Install them next to effect-agent, for example:\n" +
+      `  npm install --save-dev ${missing.map((name) => ranges[name] ? `${name}@${ranges[name]}` : name).join(" ")}\n`
+  )
+  process.exitCode = 1
+} else {
+  void import("./run.js")
+}

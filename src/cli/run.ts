@@ -1,0 +1,36 @@
+/**
+ * The `effect-agent` command (CLI-01), loaded by `main.ts` once its packages are found. Exit codes: 0 ok, 1 failure, 2
+ * usage error, 3 session not found, 4 session locked, 5 session corrupt.
+ *
+ * @internal
+ */
+import { Command, ValidationError } from "@effect/cli"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import { Cause, Effect, Exit, Logger } from "effect"
+import { command } from "./commands.js"
+import { ExitCode } from "./errors.js"
+import { stderrLogger, writeStderr } from "./output.js"
+
+const VERSION = "0.2.0"
+
+const cli = Command.run(command, { name: "effect-agent", version: VERSION })
+
+/** The process's exit code: the command's, 2 for what `@effect/cli` refused (its message is printed already). */
+const program: Effect.Effect<ExitCode> = cli(process.argv).pipe(
+  Effect.as(ExitCode.ok),
+  Effect.catchAll((error) => {
+    if (ValidationError.isValidationError(error)) return Effect.succeed(ExitCode.usage)
+    return Effect.succeed(error.code)
+  }),
+  Effect.catchAllDefect((defect) =>
+    Effect.as(writeStderr(`effect-agent: unexpected failure: ${Cause.pretty(Cause.die(defect))}`), ExitCode.failure)
+  ),
+  Effect.provide(NodeContext.layer),
+  Effect.provide(Logger.replace(Logger.defaultLogger, stderrLogger))
+)
+
+NodeRuntime.runMain(program, {
+  disablePrettyLogger: true,
+  teardown: (exit, onExit) => onExit(Exit.isSuccess(exit) && typeof exit.value === "number" ? exit.value : 1)
+})
