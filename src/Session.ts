@@ -43,6 +43,17 @@ export interface Session {
   readonly changes: Stream.Stream<SessionEvent>
   /** The eager form of `changes`: subscribed before it returns. */
   readonly subscribe: Effect.Effect<Stream.Stream<SessionEvent>, never, Scope.Scope>
+  /**
+   * The durable event stream from a cursor (EVS-01): the events from `seq` (the seq after the last
+   * one a reader saw; 0 for all), then each appended event as it commits, until the session closes —
+   * no gap, no duplicate, in order, whatever appends are in flight when it starts. A reader that
+   * falls behind never blocks the writer or other readers: what its bounded buffer cannot hold is
+   * re-read from the log when it gets there. Fails `InvalidEventCursor` when `seq` is not in
+   * `0..length`.
+   *
+   * @since 0.2.0
+   */
+  readonly eventsFrom: (seq: number) => Stream.Stream<SessionEvent, SessionError.InvalidEventCursor>
   /** The model-visible history (SES-03), maintained incrementally. */
   readonly messages: Effect.Effect<ReadonlyArray<Message>>
 }

@@ -248,3 +248,20 @@ export type SessionAppendError =
   | SessionClosed
   | SessionConflict
   | PersistenceError
+
+/**
+ * An event cursor outside the log (EVS-01): a `seq` that is negative, not an integer, or past the
+ * next event to be appended.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class InvalidEventCursor extends Schema.TaggedError<InvalidEventCursor>("effect-agent/InvalidEventCursor")(
+  "InvalidEventCursor",
+  { id: Schema.String, seq: Schema.Number, length: Schema.Number }
+) {
+  override get message(): string {
+    return `cannot read session ${JSON.stringify(this.id)} from seq ${this.seq}: its log has ${this.length} events, ` +
+      `so a cursor is an integer from 0 to ${this.length} (the seq after the last event a client saw)`
+  }
+}

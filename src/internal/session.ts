@@ -9,6 +9,7 @@ import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, Scope } from "effe
 import type { Array as Arr, Clock } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
+import * as eventCursor from "./eventCursor.js"
 import * as SessionError from "../SessionError.js"
 import type { CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import type { SessionWriter } from "../SessionPersistence.js"
@@ -357,7 +358,8 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
         return w.appendAll(events)
       },
       changes: feed.stream,
-      subscribe: feed.subscribe
+      subscribe: feed.subscribe,
+      eventsFrom: (seq) => eventCursor.eventsFrom(session, seq)
     }
 
     cores.set(session, {
