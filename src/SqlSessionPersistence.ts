@@ -15,6 +15,7 @@ import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentRuntime from "./AgentRuntime.js"
 import * as committer from "./internal/sqlCommitter.js"
 import * as lock from "./internal/lock.js"
+import * as internalOptions from "./internal/options.js"
 import * as recordSize from "./internal/recordSize.js"
 import * as lease from "./internal/sqlLease.js"
 import { namedSession } from "./internal/jsonl.js"
@@ -133,8 +134,10 @@ interface HeaderRow {
 /** Sessions per page of `list`. */
 const LIST_PAGE = 500
 
-const make = (options: Options | undefined) =>
+const make = (input: Options | undefined) =>
   Effect.gen(function*() {
+    // CORE-08: the options decoded once by their Schema; a bad one fails the layer naming each field
+    const options = yield* internalOptions.decodeSqlOptions(input)
     const client = yield* SqlClient
     // Our row names are fixed: a client that transforms names (camelCase, …) must not touch them.
     const sql = client.withoutTransforms()
@@ -144,17 +147,11 @@ const make = (options: Options | undefined) =>
         reason: "SqlSessionPersistence runs on SQLite and Postgres clients; this SqlClient is of another dialect"
       })
     }
-    const durability: Durability = options?.durability ?? "fsync"
-    const ttl = Duration.decode(options?.leaseTtl ?? Duration.seconds(30))
-    const ttlMillis = Duration.toMillis(ttl)
-    if (!Number.isFinite(ttlMillis) || ttlMillis < 3) {
-      return yield* Effect.dieMessage(`SqlSessionPersistence: leaseTtl must be a finite duration of at least 3 ms`)
-    }
-    const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
-    const limits = recordSize.limitsOf("SqlSessionPersistence", options)
-    if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
-    const { maxEventBytes, maxSessionBytes } = limits.right
-    const startTimeOf = options?.processStartTime ?? procStartTime
+    const durability: Durability = options.durability ?? "fsync"
+    const ttlMillis = Duration.toMillis(options.leaseTtl ?? Duration.seconds(30))
+    const instanceId = options.instanceId ?? globalThis.crypto.randomUUID()
+    const { maxEventBytes, maxSessionBytes } = options.limits
+    const startTimeOf = options.processStartTime ?? procStartTime
     const leases: lease.LeaseContext = {
       sql,
       ttlMillis,
@@ -167,13 +164,13 @@ const make = (options: Options | undefined) =>
         pidNamespace: procPidNamespace()
       },
       probe: {
-        isProcessAlive: options?.isProcessAlive ?? isProcessAlive,
+        isProcessAlive: options.isProcessAlive ?? isProcessAlive,
         processStartTime: startTimeOf,
         inNamespace: procInNamespace
       }
     }
 
-    if (options?.readOnly === true) {
+    if (options.readOnly === true) {
       yield* checkReadable(sql)
     } else {
       if (dialect === "sqlite") {
