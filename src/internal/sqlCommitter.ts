@@ -276,24 +276,24 @@ export const make = (options: {
 
     // The committer is never interrupted, so no batch it took can be dropped: closing refuses new
     // batches, then queues `stop` behind the last accepted one and waits until all are committed.
-    const loop = Effect.gen(function*() {
-      while (true) {
-        const first = yield* Queue.take(queue)
-        if (first === STOP) return
-        // lets the fibers woken by the previous commit hand in their next batches first
-        yield* Effect.yieldNow()
-        const batch = [first]
-        let stopping = false
-        for (const next of yield* Queue.takeUpTo(queue, MAX_SESSIONS - 1)) {
-          if (next === STOP) stopping = true
-          else batch.push(next)
-        }
-        // CORE-01: a defect outside the transaction (a tracer, a callback) must not kill the loop and
-        // leave this batch and every later one waiting forever: its callers get the failure
-        yield* Effect.catchAllCause(commit(batch), (cause) => Effect.sync(() => refuseAll(batch, cause)))
-        if (stopping) return
+    /** One commit of whatever is waiting; whether to go on (`false` once `stop` was taken). */
+    const round = Effect.gen(function*() {
+      const first = yield* Queue.take(queue)
+      if (first === STOP) return false
+      // lets the fibers woken by the previous commit hand in their next batches first
+      yield* Effect.yieldNow()
+      const batch = [first]
+      let stopping = false
+      for (const next of yield* Queue.takeUpTo(queue, MAX_SESSIONS - 1)) {
+        if (next === STOP) stopping = true
+        else batch.push(next)
       }
+      // CORE-01: a defect outside the transaction (a tracer, a callback) must not kill the loop and
+      // leave this batch and every later one waiting forever: its callers get the failure
+      yield* Effect.catchAllCause(commit(batch), (cause) => Effect.sync(() => refuseAll(batch, cause)))
+      return !stopping
     })
+    const loop = Effect.repeat(round, { while: (goOn) => goOn })
     const committer = yield* Effect.forkScoped(Effect.uninterruptible(loop))
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {

@@ -21,8 +21,10 @@
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Data, Effect, Option, Schedule } from "effect"
+import * as SqlSchema from "@effect/sql/SqlSchema"
+import { Data, Effect, Option, Schedule, Schema } from "effect"
 import * as SessionError from "../SessionError.js"
+import { malformedRow, SqlNumber } from "./sqlLog.js"
 
 /** The dialects the statements are written for. @internal */
 export type Dialect = "sqlite" | "pg"
@@ -122,10 +124,19 @@ const ensureMigratorView = (sql: SqlClient.SqlClient, dialect: Dialect): Effect.
 
 const runMigrator = Migrator.make({})({ loader: Migrator.fromRecord(migrations), table: MIGRATOR_TABLE })
 
-const newestVersion = (sql: SqlClient.SqlClient) =>
-  Effect.map(
-    sql<{ readonly newest: number | string | null }>`SELECT MAX(version) AS newest FROM effect_agent_migrations`,
-    (rows) => Number(rows[0]?.newest ?? 0)
+/** The newest version recorded (0 when none), decoded by `SqlSchema` (a row of another shape is a `SqlError`). */
+const newestVersion = (sql: SqlClient.SqlClient): Effect.Effect<number, SqlError> =>
+  SqlSchema.single({
+    Request: Schema.Void,
+    Result: Schema.Struct({ newest: Schema.NullOr(SqlNumber) }),
+    execute: () => sql`SELECT MAX(version) AS newest FROM effect_agent_migrations`
+  })(undefined).pipe(
+    Effect.map((row) => row.newest ?? 0),
+    Effect.catchTags({
+      // an aggregate without GROUP BY answers one row, always
+      NoSuchElementException: Effect.die,
+      ParseError: (error) => Effect.fail(malformedRow("the versions of effect_agent_migrations")(error))
+    })
   )
 
 const newerSchema = (newest: number) =>
@@ -219,22 +230,12 @@ export const migrate = (
  * @internal
  */
 export const checkReadable = (sql: SqlClient.SqlClient): Effect.Effect<number, SessionError.PersistenceError> =>
-  sql<{ readonly version: number | string }>`SELECT version FROM effect_agent_migrations`.pipe(
+  newestVersion(sql).pipe(
     Effect.mapError((error) =>
       new SessionError.PersistenceError({
         reason: `this database holds no effect-agent tables (${error.message}); check the database you named`,
         cause: error
       })
     ),
-    Effect.flatMap((rows) => {
-      const newest = Math.max(0, ...rows.map((row) => Number(row.version)))
-      return newest > schemaVersion
-        ? Effect.fail(
-          new SessionError.PersistenceError({
-            reason: `the effect-agent tables are at schema version ${newest}, newer than the version ` +
-              `${schemaVersion} this library knows; upgrade effect-agent to use this database`
-          })
-        )
-        : Effect.succeed(newest)
-    })
+    Effect.filterOrFail((newest) => newest <= schemaVersion, newerSchema)
   )
