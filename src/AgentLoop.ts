@@ -45,6 +45,7 @@ import * as codec from "./internal/eventCodec.js"
 import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
+import * as internalOptions from "./internal/options.js"
 import * as finalizer from "./internal/finalizer.js"
 import * as lock from "./internal/lock.js"
 import * as internalHooks from "./internal/hooks.js"
@@ -90,23 +91,9 @@ const withOwn = (build: object) => finalizer.locallyWith(ownRef, (own) => new Se
  */
 export class AgentLoop extends Context.Tag("effect-agent/AgentLoop")<AgentLoop, AgentFactory>() {}
 
-const validateOptions = (options: AgentOptions | undefined): Either.Either<AgentOptions, AgentError.InvalidAgentOptions> => {
-  const o = options ?? {}
-  const positive = (name: string, value: number | undefined, min: number) =>
-    value === undefined || (Number.isSafeInteger(value) && value >= min)
-      ? undefined
-      : `${name} must be an integer >= ${min}, got ${value}`
-  const problem = positive("maxTokens", o.maxTokens, 1) ??
-    positive("maxParallelToolCalls", o.maxParallelToolCalls, 1) ??
-    positive("maxStepsPerTurn", o.maxStepsPerTurn, 1) ??
-    positive("maxRequestRetries", o.maxRequestRetries, 0) ??
-    (o.provider !== undefined && typeof o.provider !== "string" ? "provider must be a string" : undefined) ??
-    (o.model !== undefined && typeof o.model !== "string" ? "model must be a string" : undefined) ??
-    (o.system !== undefined && typeof o.system !== "string" ? "system must be a string" : undefined)
-  return problem === undefined
-    ? Either.right(o)
-    : Either.left(new AgentError.InvalidAgentOptions({ reason: problem }))
-}
+/** CORE-08, PUB-10: the options as their Schema decodes them, or `InvalidAgentOptions` naming each bad field. */
+const validateOptions: (options: AgentOptions | undefined) => Either.Either<AgentOptions, AgentError.InvalidAgentOptions> =
+  internalOptions.decodeAgentOptions
 
 /** The route of the last `request/config` of a log (RES-07/08). */
 const storedRoute = (events: ReadonlyArray<SessionEvent>): Partial<Tool.Route> => {

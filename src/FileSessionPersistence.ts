@@ -15,6 +15,7 @@ import * as AgentRuntime from "./AgentRuntime.js"
 import * as fileLock from "./internal/fileLock.js"
 import * as finalizer from "./internal/finalizer.js"
 import * as jsonl from "./internal/jsonl.js"
+import * as internalOptions from "./internal/options.js"
 import { encode, headerLine } from "./internal/jsonl.js"
 import type { ListEntry } from "./internal/listing.js"
 import { unreadable } from "./internal/listing.js"
@@ -170,8 +171,10 @@ const fence = (
   return undefined
 }
 
-const make = (options: Options) =>
+const make = (input: Options) =>
   Effect.gen(function*() {
+    // CORE-08: the options decoded once by their Schema; a bad one fails the layer naming each field
+    const options = yield* internalOptions.decodeFileOptions(input)
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const directory = path.resolve(options.directory)
@@ -179,9 +182,7 @@ const make = (options: Options) =>
     const startTimeOf = options.processStartTime ?? processStartTime
     const startTime = startTimeOf(process.pid)
     const pidNamespace = fileLock.procPidNamespace()
-    const limits = recordSize.limitsOf("FileSessionPersistence", options)
-    if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
-    const { maxEventBytes, maxSessionBytes } = limits.right
+    const { maxEventBytes, maxSessionBytes } = options.limits
     const lockContext: fileLock.LockContext = {
       fs,
       path,
@@ -200,9 +201,6 @@ const make = (options: Options) =>
     }
     const dataPath = (id: string) => path.join(directory, `${id}.jsonl`)
     const chunkBytes = options.readChunkBytes ?? jsonl.DEFAULT_READ_CHUNK_BYTES
-    if (!Number.isSafeInteger(chunkBytes) || chunkBytes < 1) {
-      return yield* Effect.dieMessage(`FileSessionPersistence: readChunkBytes must be a positive integer`)
-    }
 
     const makeDirectory = fs.makeDirectory(directory, { recursive: true }).pipe(
       Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))

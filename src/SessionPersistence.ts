@@ -6,6 +6,7 @@
  */
 import type { Array as Arr, Stream } from "effect"
 import { Context, Effect, Either, Layer, Scope, Stream as S } from "effect"
+import * as internalOptions from "./internal/options.js"
 import * as recordSize from "./internal/recordSize.js"
 import type { SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
@@ -288,9 +289,10 @@ export const layerMemory = (
   options?: { readonly instanceId?: string | undefined } & SizeLimits
 ): Layer.Layer<SessionPersistence> =>
   Layer.sync(SessionPersistence, () => {
-    const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
-    const limits = Either.getOrThrowWith(recordSize.limitsOf("SessionPersistence.layerMemory", options), (reason) =>
-      new Error(reason))
+    // CORE-08: options decoded by their Schema; a bad one is a defect of the layer (it has no error channel)
+    const decoded = Either.getOrThrowWith(internalOptions.decodeMemoryOptions(options), (error) => error)
+    const instanceId = decoded.instanceId ?? globalThis.crypto.randomUUID()
+    const limits = decoded.limits
     const sessions = storage.sessions
 
     /**

@@ -9,19 +9,31 @@
  * @since 0.1.0
  */
 import { SqlClient } from "@effect/sql/SqlClient"
-import { Array as Arr, Chunk, Clock, Duration, Effect, Either, Layer, Option, Stream } from "effect"
+import * as SqlSchema from "@effect/sql/SqlSchema"
+import type { SqlError } from "@effect/sql/SqlError"
+import type { ParseResult } from "effect"
+import { Array as Arr, Chunk, Clock, Duration, Effect, Either, Layer, Option, Schema, Stream } from "effect"
 import * as os from "node:os"
 import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentRuntime from "./AgentRuntime.js"
 import * as committer from "./internal/sqlCommitter.js"
 import * as lock from "./internal/lock.js"
+import * as internalOptions from "./internal/options.js"
 import * as recordSize from "./internal/recordSize.js"
 import * as lease from "./internal/sqlLease.js"
 import { namedSession } from "./internal/jsonl.js"
 import type { ListEntry } from "./internal/listing.js"
 import { unreadable } from "./internal/listing.js"
-import { conflict, decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
-import type { EventRow } from "./internal/sqlLog.js"
+import {
+  conflict,
+  decodeEvents,
+  decodeHeader,
+  EventRow,
+  headerRecord,
+  malformedRow,
+  persistenceError,
+  SqlNumber
+} from "./internal/sqlLog.js"
 import { checkReadable, dialectOf, migrate } from "./internal/sqlSchema.js"
 import {
   procInNamespace,
@@ -118,23 +130,47 @@ interface WriterState {
 
 
 
-interface LeaseRow {
-  readonly session_id: string
-  readonly token: string
-  readonly holder: string
-  readonly expires_at: number | string
-}
+// CORE-09: rows are decoded by SqlSchema; a row of another shape is the statement's SqlError
 
-interface HeaderRow {
-  readonly session_id: string
-  readonly header: string
-}
+/** The lease row `breakLock` reports. */
+const LeaseRow = Schema.Struct({
+  session_id: Schema.String,
+  token: Schema.String,
+  holder: Schema.String,
+  expires_at: SqlNumber
+})
+
+/** A session's header row: the header is JSON text, validated by the event codec (DUR-07 checks the id). */
+const HeaderRow = Schema.Struct({ session_id: Schema.String, header: Schema.Unknown })
+
+/** A page row of `list`. */
+const SummaryRow = Schema.Struct({
+  session_id: Schema.String,
+  header: Schema.Unknown,
+  updated_at: SqlNumber,
+  event_count: SqlNumber
+})
+
+type SummaryRow = typeof SummaryRow.Type
+
+/** A stored session's size as the file store counts it (DUR-05), summed by the database. */
+const SizeRow = Schema.Struct({ header_bytes: Schema.NullOr(SqlNumber), event_bytes: Schema.NullOr(SqlNumber) })
+
+/** `find`, with a row of another shape reported as the statement's `SqlError`. */
+const rows = <I, A>(
+  find: (request: I) => Effect.Effect<A, SqlError | ParseResult.ParseError>,
+  what: (request: I) => string
+) =>
+(request: I): Effect.Effect<A, SqlError> =>
+  Effect.catchTag(find(request), "ParseError", (error) => Effect.fail(malformedRow(what(request))(error)))
 
 /** Sessions per page of `list`. */
 const LIST_PAGE = 500
 
-const make = (options: Options | undefined) =>
+const make = (input: Options | undefined) =>
   Effect.gen(function*() {
+    // CORE-08: the options decoded once by their Schema; a bad one fails the layer naming each field
+    const options = yield* internalOptions.decodeSqlOptions(input)
     const client = yield* SqlClient
     // Our row names are fixed: a client that transforms names (camelCase, …) must not touch them.
     const sql = client.withoutTransforms()
@@ -144,17 +180,11 @@ const make = (options: Options | undefined) =>
         reason: "SqlSessionPersistence runs on SQLite and Postgres clients; this SqlClient is of another dialect"
       })
     }
-    const durability: Durability = options?.durability ?? "fsync"
-    const ttl = Duration.decode(options?.leaseTtl ?? Duration.seconds(30))
-    const ttlMillis = Duration.toMillis(ttl)
-    if (!Number.isFinite(ttlMillis) || ttlMillis < 3) {
-      return yield* Effect.dieMessage(`SqlSessionPersistence: leaseTtl must be a finite duration of at least 3 ms`)
-    }
-    const instanceId = options?.instanceId ?? globalThis.crypto.randomUUID()
-    const limits = recordSize.limitsOf("SqlSessionPersistence", options)
-    if (Either.isLeft(limits)) return yield* Effect.dieMessage(limits.left)
-    const { maxEventBytes, maxSessionBytes } = limits.right
-    const startTimeOf = options?.processStartTime ?? procStartTime
+    const durability: Durability = options.durability ?? "fsync"
+    const ttlMillis = Duration.toMillis(options.leaseTtl ?? Duration.seconds(30))
+    const instanceId = options.instanceId ?? globalThis.crypto.randomUUID()
+    const { maxEventBytes, maxSessionBytes } = options.limits
+    const startTimeOf = options.processStartTime ?? procStartTime
     const leases: lease.LeaseContext = {
       sql,
       ttlMillis,
@@ -167,13 +197,13 @@ const make = (options: Options | undefined) =>
         pidNamespace: procPidNamespace()
       },
       probe: {
-        isProcessAlive: options?.isProcessAlive ?? isProcessAlive,
+        isProcessAlive: options.isProcessAlive ?? isProcessAlive,
         processStartTime: startTimeOf,
         inNamespace: procInNamespace
       }
     }
 
-    if (options?.readOnly === true) {
+    if (options.readOnly === true) {
       yield* checkReadable(sql)
     } else {
       if (dialect === "sqlite") {
@@ -201,20 +231,31 @@ const make = (options: Options | undefined) =>
      * The header row of `id`, compared in JavaScript too (DUR-07): a database whose collation folds
      * case would otherwise answer for `ABC` with the row of `abc`.
      */
-    const headerRow = (id: SessionId) =>
-      Effect.map(
-        sql<HeaderRow>`SELECT session_id, header FROM effect_agent_sessions WHERE session_id = ${id}`,
-        (rows) => rows.find((row) => row.session_id === id)
-      )
+    const headerRows = rows(
+      SqlSchema.findAll({
+        Request: Schema.String,
+        Result: HeaderRow,
+        execute: (id) => sql`SELECT session_id, header FROM effect_agent_sessions WHERE session_id = ${id}`
+      }),
+      (id) => `the header row of session ${JSON.stringify(id)}`
+    )
+    const headerRow = (id: SessionId) => Effect.map(headerRows(id), (found) => found.find((row) => row.session_id === id))
+
+    const eventRows = rows(
+      SqlSchema.findAll({
+        Request: Schema.String,
+        Result: EventRow,
+        execute: (id) => sql`SELECT record FROM effect_agent_events WHERE session_id = ${id} ORDER BY seq`
+      }),
+      (id) => `the event rows of session ${JSON.stringify(id)}`
+    )
 
     const readLog = (id: SessionId) =>
       Effect.gen(function*() {
         const row = yield* headerRow(id)
         if (row === undefined) return yield* new SessionError.SessionNotFound({ id })
         const header = yield* decodeHeader(id, row.header)
-        const rows = yield* sql<EventRow>`SELECT record FROM effect_agent_events WHERE session_id = ${id}
-          ORDER BY seq`
-        const events = yield* decodeEvents(id, rows)
+        const events = yield* decodeEvents(id, yield* eventRows(id))
         return { header, events, tornTailDropped: 0 } satisfies StoredSession
       }).pipe(
         Effect.catchTag("SqlError", (error) =>
@@ -233,13 +274,24 @@ const make = (options: Options | undefined) =>
      * A stored session's size as the file store counts it: its header line and its event lines,
      * summed by the database over the rows (no record crosses the wire again).
      */
+    const sizeOf = SqlSchema.single({
+      Request: Schema.String,
+      Result: SizeRow,
+      execute: (id) =>
+        sql`SELECT
+            (SELECT ${octets}(${asBytes("header")}) + 1 FROM effect_agent_sessions
+              WHERE session_id = ${id}) AS header_bytes,
+            (SELECT COALESCE(SUM(${octets}(${asBytes("record")}) + 1), 0) FROM effect_agent_events
+              WHERE session_id = ${id}) AS event_bytes`
+    })
     const storedBytes = (id: SessionId) =>
-      sql<{ readonly header_bytes: number | string | null; readonly event_bytes: number | string | null }>`SELECT
-          (SELECT ${octets}(${asBytes("header")}) + 1 FROM effect_agent_sessions
-            WHERE session_id = ${id}) AS header_bytes,
-          (SELECT COALESCE(SUM(${octets}(${asBytes("record")}) + 1), 0) FROM effect_agent_events
-            WHERE session_id = ${id}) AS event_bytes`.pipe(
-        Effect.map((rows) => Number(rows[0]?.header_bytes ?? 0) + Number(rows[0]?.event_bytes ?? 0)),
+      sizeOf(id).pipe(
+        Effect.map((row) => (row.header_bytes ?? 0) + (row.event_bytes ?? 0)),
+        Effect.catchTags({
+          // an aggregate without GROUP BY answers one row, always
+          NoSuchElementException: Effect.die,
+          ParseError: (error) => Effect.fail(malformedRow(`the size of session ${JSON.stringify(id)}`)(error))
+        }),
         Effect.catchTag("SqlError", (error) =>
           Effect.fail(persistenceError(`measuring session ${JSON.stringify(id)}`)(error)))
       )
@@ -381,20 +433,18 @@ const make = (options: Options | undefined) =>
       return yield* readLog(id)
     })
 
-    interface SummaryRow {
-      readonly session_id: string
-      readonly header: string
-      readonly updated_at: number | string
-      readonly event_count: number | string
-    }
-
-    const page = (after: string) =>
-      sql<SummaryRow>`SELECT s.session_id, s.header, s.updated_at,
-          (SELECT COUNT(*) FROM effect_agent_events e WHERE e.session_id = s.session_id) AS event_count
-        FROM effect_agent_sessions s WHERE s.session_id > ${after}
-        ORDER BY s.session_id LIMIT ${LIST_PAGE}`.pipe(
-        Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("listing sessions")(error)))
-      )
+    const page = rows(
+      SqlSchema.findAll({
+        Request: Schema.String,
+        Result: SummaryRow,
+        execute: (after) =>
+          sql`SELECT s.session_id, s.header, s.updated_at,
+              (SELECT COUNT(*) FROM effect_agent_events e WHERE e.session_id = s.session_id) AS event_count
+            FROM effect_agent_sessions s WHERE s.session_id > ${after}
+            ORDER BY s.session_id LIMIT ${LIST_PAGE}`
+      }),
+      () => "a page of sessions"
+    )
 
     /** The list entry of a row (DUR-08): its summary, or what keeps it from being read. */
     const entryOf = (row: SummaryRow): Effect.Effect<ListEntry> => {
@@ -407,15 +457,17 @@ const make = (options: Options | undefined) =>
         _tag: "SessionSummary",
         id: id.right,
         header: header.right,
-        eventCount: Number(row.event_count),
-        updatedAt: Number(row.updated_at)
+        eventCount: row.event_count,
+        updatedAt: row.updated_at
       })
     }
 
     const list: Stream.Stream<ListEntry, SessionError.PersistenceError> = Stream.paginateChunkEffect(
       "",
       (after) =>
-        Effect.map(page(after), (rows): [Chunk.Chunk<SummaryRow>, Option.Option<string>] => {
+        Effect.map(
+        page(after).pipe(Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("listing sessions")(error)))),
+        (rows): [Chunk.Chunk<SummaryRow>, Option.Option<string>] => {
           const last = rows[rows.length - 1]
           return [
             Chunk.unsafeFromArray(rows),
@@ -559,14 +611,21 @@ export const breakLock = Effect.fn("SqlSessionPersistence.breakLock")(function*(
   yield* assertSessionId(id, "a stored session")
   const sql = (yield* SqlClient).withoutTransforms()
   yield* Effect.gen(function*() {
-    const rows = yield* sql<LeaseRow>`SELECT session_id, token, holder, expires_at
-      FROM effect_agent_leases WHERE session_id = ${id}`
+    const leases = yield* rows(
+      SqlSchema.findAll({
+        Request: Schema.String,
+        Result: LeaseRow,
+        execute: (id) =>
+          sql`SELECT session_id, token, holder, expires_at FROM effect_agent_leases WHERE session_id = ${id}`
+      }),
+      (id) => `the lease of session ${JSON.stringify(id)}`
+    )(id)
     // DUR-07: only this id's own lease, also under a collation that folds case
-    const row = rows.find((candidate) => candidate.session_id === id)
+    const row = leases.find((candidate) => candidate.session_id === id)
     if (row === undefined) return
     yield* Effect.logWarning(
       `effect-agent: breaking the lock of session ${JSON.stringify(id)} held by ${row.holder} ` +
-        `(lease valid until ${new Date(Number(row.expires_at)).toISOString()})`
+        `(lease valid until ${new Date(row.expires_at).toISOString()})`
     )
     yield* sql`DELETE FROM effect_agent_leases WHERE session_id = ${id} AND token = ${row.token}`
   }).pipe(

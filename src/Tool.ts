@@ -5,11 +5,13 @@
  * @since 0.1.0
  */
 import type { Either, Scope } from "effect"
-import { Context, Duration, Effect, Layer, Option } from "effect"
+import { Context, Effect, Layer } from "effect"
+import type { Duration } from "effect"
 import type { Schema } from "effect"
 import type { Agent } from "./Agent.js"
 import type { AgentInactive, DuplicateTool, ModelError } from "./AgentError.js"
 import * as hooks from "./internal/hooks.js"
+import * as options_ from "./internal/options.js"
 import * as tools from "./internal/tools.js"
 import type { ContentPart, UserMessage } from "./Message.js"
 import type { ToolSchema } from "./Model.js"
@@ -137,19 +139,10 @@ export interface Toolkit<Tools extends ReadonlyArray<Unknown> = ReadonlyArray<Un
 export const toolkit = <const Tools extends ReadonlyArray<Unknown>>(...tools: Tools): Toolkit<Tools> =>
   Object.freeze({ _tag: "Toolkit", tools })
 
-/** A positive duration, or the reason the tool's `timeout` is not one. */
-const decodeTimeout = (name: string, input: Duration.DurationInput): Duration.Duration => {
-  const decoded = Duration.decodeUnknown(input)
-  if (Option.isSome(decoded) && Duration.greaterThan(decoded.value, Duration.zero)) return decoded.value
-  throw new TypeError(
-    `Tool.make: the timeout of tool ${JSON.stringify(name)} must be a positive duration ` +
-      `(e.g. "30 seconds" or a number of milliseconds), got ${String(input)}`
-  )
-}
-
 /**
- * Defines a tool. A `timeout` that is not a positive duration throws a `TypeError` here, where the
- * tool is defined.
+ * Defines a tool. A definition that does not match its Schema (a `timeout` that is not a positive
+ * duration, a `mode` other than `"parallel"`/`"exclusive"`, parameters that are not a `Schema.Struct`)
+ * throws a `TypeError` here, where the tool is defined, naming each bad field (CORE-08).
  *
  * @since 0.1.0
  * @category constructors
@@ -168,14 +161,18 @@ export const make = <Fields extends Schema.Struct.Fields, E = never, R = never>(
    * @since 0.2.0
    */
   readonly timeout?: Duration.DurationInput | undefined
-}): Tool<Fields, E, R> => ({
-  name: options.name,
-  description: options.description,
-  parameters: options.parameters,
-  mode: options.mode ?? "parallel",
-  run: options.run,
-  ...(options.timeout !== undefined ? { timeout: decodeTimeout(options.name, options.timeout) } : {})
-})
+}): Tool<Fields, E, R> => {
+  // CORE-08: the definition is decoded by its Schema once, here; a bad field throws naming it
+  const checked = options_.decodeToolDefinition(options)
+  return {
+    name: checked.name,
+    description: checked.description,
+    parameters: options.parameters,
+    mode: checked.mode ?? "parallel",
+    run: options.run,
+    ...(checked.timeout !== undefined ? { timeout: checked.timeout } : {})
+  }
+}
 
 /**
  * A text result.

@@ -95,7 +95,7 @@ const agree = (text: string, seq: number) => {
 
 describe("stored records", () => {
   it.prop(
-    "EVT-01..03 the fast path accepts exactly the valid records, as the schema path does",
+    "CORE-08 EVT-01..03 the fast path accepts exactly the valid records, as the schema path does",
     [anyEvent],
     ([event]) => {
       agree(JSON.stringify(event), event.seq)
@@ -104,7 +104,7 @@ describe("stored records", () => {
   )
 
   it.prop(
-    "EVT-01..03 damaged records are refused by the fast path exactly as by the schema path, with the same error",
+    "CORE-08 EVT-01..03 damaged records are refused by the fast path exactly as by the schema path, with the same error",
     [anyEvent, fc.array(Damage, { minLength: 1, maxLength: 3 })],
     ([event, changes]) => {
       const record: unknown = JSON.parse(JSON.stringify(event))

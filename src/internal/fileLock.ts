@@ -22,7 +22,7 @@
  */
 import type { FileSystem, Path } from "@effect/platform"
 import type { PlatformError } from "@effect/platform/Error"
-import { Clock, Effect, Either, Option, Schema } from "effect"
+import { Clock, Data, Effect, Either, Option, Schedule, Schema } from "effect"
 import { readdirSync, readFileSync, readlinkSync } from "node:fs"
 import * as SessionError from "../SessionError.js"
 
@@ -305,15 +305,22 @@ const keyOf = (entry: Entry): string | undefined =>
 
 const newOwner = (ctx: LockContext): LockOwner => ({ ...ctx.self, token: globalThis.crypto.randomUUID() })
 
-/** Writes `owner` in full to its own temporary file (exclusive-create: the token is fresh). */
+/** Syncs a file written by path (its data reaches the disk before the file gets another name). */
+const syncFile = (ctx: LockContext, file: string) =>
+  Effect.scoped(Effect.flatMap(ctx.fs.open(file, { flag: "r" }), (handle) => handle.sync))
+
+/**
+ * Writes `owner` in full to its own temporary file, created exclusively (`wx`: the token is fresh,
+ * so the name is new), and syncs it when durable. CORE-09's `writeFileString(…, { flag: "wx" })`
+ * creates the temporary file, never the lock itself: a lock created that way would exist, empty,
+ * before its content is written, and a reader seeing it then could only respect it as an unknown
+ * writer for 60 s (DUR-06 forbids an observable empty lock) — the lock gets its name by `link`.
+ */
 const writeTemp = (ctx: LockContext, file: string, owner: LockOwner) =>
-  Effect.scoped(
-    Effect.flatMap(ctx.fs.open(file, { flag: "wx" }), (handle) =>
-      Effect.zipRight(
-        handle.writeAll(new TextEncoder().encode(JSON.stringify(owner))),
-        ctx.isDurable ? handle.sync : Effect.void
-      ))
-  ).pipe(Effect.mapError(persistenceError(`writing ${file}`)))
+  ctx.fs.writeFileString(file, JSON.stringify(owner), { flag: "wx" }).pipe(
+    Effect.zipRight(ctx.isDurable ? syncFile(ctx, file) : Effect.void),
+    Effect.mapError(persistenceError(`writing ${file}`))
+  )
 
 const removeQuietly = (files: LockFiles, file: string) => Effect.ignore(files.fs.remove(file))
 
@@ -464,31 +471,39 @@ const releaseGuard = (ctx: LockContext, guard: string, token: string): Effect.Ef
 export const acquire = (
   ctx: LockContext,
   id: string
-): Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError> => {
+): Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError> =>
+  attemptLock(ctx, id).pipe(
+    // CORE-09: an attempt that found the lock changing under it looks again, at once, up to 3 times
+    Effect.retry({ schedule: Schedule.recurs(3), while: (error) => error._tag === "LockChanged" }),
+    Effect.catchTag("LockChanged", () => Effect.fail(locked(id, "a writer that keeps changing")))
+  )
+
+/** The lock or guard changed between two looks (taken, released, replaced): look again. */
+class LockChanged extends Data.TaggedError("LockChanged") {}
+
+/** One attempt at the lock: ours, `SessionLocked` with its holder, or `LockChanged` under us. */
+const attemptLock = (
+  ctx: LockContext,
+  id: string
+): Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError | LockChanged> => {
   const file = lockPath(ctx, id)
-  type Attempt = Effect.Effect<LockOwner, SessionError.SessionLocked | SessionError.PersistenceError>
-  const attempt = (retries: number): Attempt => {
-    const owner = newOwner(ctx)
-    const taken = withPrepared(ctx, id, owner, (temp) =>
-      Effect.gen(function*() {
-        if (yield* linkTo(ctx, temp, file)) return Option.some(false)
-        const stale = yield* judge(ctx, id, file, yield* inspect(ctx, file), "lock")
-        if (Option.isNone(stale)) return Option.none()
-        if (!(yield* replaceStale(ctx, id, file, stale.value.key, temp, 0))) return Option.none()
-        yield* Effect.logWarning(
-          `effect-agent: took over the lock of session ${JSON.stringify(id)} from ${stale.value.left}`
-        )
-        return Option.some(true)
-      }))
-    return Effect.flatMap(taken, (outcome) => {
-      if (Option.isSome(outcome)) {
-        // A crash left this lock stale: it may have left temp and guard files of this id too.
-        return outcome.value ? Effect.as(sweepQuietly(ctx, id), owner) : Effect.succeed(owner)
-      }
-      return retries > 0 ? attempt(retries - 1) : Effect.fail(locked(id, "a writer that keeps changing"))
-    })
-  }
-  return attempt(3)
+  const owner = newOwner(ctx)
+  const taken = withPrepared(ctx, id, owner, (temp) =>
+    Effect.gen(function*() {
+      if (yield* linkTo(ctx, temp, file)) return Option.some(false)
+      const stale = yield* judge(ctx, id, file, yield* inspect(ctx, file), "lock")
+      if (Option.isNone(stale)) return Option.none()
+      if (!(yield* replaceStale(ctx, id, file, stale.value.key, temp, 0))) return Option.none()
+      yield* Effect.logWarning(
+        `effect-agent: took over the lock of session ${JSON.stringify(id)} from ${stale.value.left}`
+      )
+      return Option.some(true)
+    }))
+  return Effect.flatMap(taken, (outcome) => {
+    if (Option.isNone(outcome)) return Effect.fail(new LockChanged())
+    // A crash left this lock stale: it may have left temp and guard files of this id too.
+    return outcome.value ? Effect.as(sweepQuietly(ctx, id), owner) : Effect.succeed(owner)
+  })
 }
 
 /**

@@ -17,40 +17,10 @@ import { Either } from "effect"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent, SessionHeader } from "../SessionEvent.js"
 
-/** 16 MiB. @internal */
-export const defaultMaxEventBytes: number = 16 * 1024 * 1024
-
-/** 512 MiB. @internal */
-export const defaultMaxSessionBytes: number = 512 * 1024 * 1024
-
 /** @internal */
-export interface Limits {
-  readonly maxEventBytes: number
-  readonly maxSessionBytes: number
-}
-
-const isByteCount = (n: unknown): n is number => Number.isSafeInteger(n) && (n as number) > 0
-
-/**
- * The limits of a layer's options, defaults filled in; a limit that is not a positive integer is
- * a programming error (`Left` with its description).
- *
- * @internal
- */
-export const limitsOf = (
-  layer: string,
-  options: { readonly maxEventBytes?: number | undefined; readonly maxSessionBytes?: number | undefined } | undefined
-): Either.Either<Limits, string> => {
-  const maxEventBytes = options?.maxEventBytes ?? defaultMaxEventBytes
-  const maxSessionBytes = options?.maxSessionBytes ?? defaultMaxSessionBytes
-  if (!isByteCount(maxEventBytes)) {
-    return Either.left(`${layer}: maxEventBytes must be a positive integer number of bytes, not ${maxEventBytes}`)
-  }
-  if (!isByteCount(maxSessionBytes)) {
-    return Either.left(`${layer}: maxSessionBytes must be a positive integer number of bytes, not ${maxSessionBytes}`)
-  }
-  return Either.right({ maxEventBytes, maxSessionBytes })
-}
+export { defaultMaxEventBytes, defaultMaxSessionBytes } from "./options.js"
+/** @internal */
+export type { Limits } from "./options.js"
 
 const NEWLINE = 0x0a
 

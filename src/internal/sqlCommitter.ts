@@ -37,11 +37,15 @@
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Array as Arr, Scope } from "effect"
-import { Cause, Clock, Context, Effect, Exit, Fiber, Option, Queue, Tracer } from "effect"
+import * as SqlSchema from "@effect/sql/SqlSchema"
+import { Cause, Clock, Context, Effect, Exit, Fiber, Option, Queue, Schema, Tracer } from "effect"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import type { Lease } from "./sqlLease.js"
-import { conflict, persistenceError } from "./sqlLog.js"
+import { conflict, malformedRow, persistenceError, SqlNumber } from "./sqlLog.js"
+
+/** A session and its stored length (the seq its next event takes). */
+const LengthRow = Schema.Struct({ session_id: Schema.String, next_seq: SqlNumber })
 
 /** @internal */
 export type WriteError = SessionError.SessionConflict | SessionError.PersistenceError
@@ -117,14 +121,31 @@ export const make = (options: {
     const queue = yield* Queue.unbounded<Pending | typeof STOP>()
     let isClosed = false
 
-    const storedLengths = (ids: ReadonlyArray<SessionId>) =>
-      Effect.map(
-        sql<{ readonly session_id: string; readonly next_seq: number | string }>`
-          SELECT s.session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
+    // CORE-09: rows decoded by SqlSchema; a row of another shape is the statement's SqlError
+    const findStoredLengths = SqlSchema.findAll({
+      Request: Schema.Array(Schema.String),
+      Result: LengthRow,
+      execute: (ids) =>
+        sql`SELECT s.session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
             WHERE e.session_id = s.session_id) AS next_seq
-          FROM effect_agent_sessions s WHERE ${sql.in("s.session_id", ids)}`,
-        (rows) => new Map(rows.map((row) => [row.session_id, Number(row.next_seq)]))
+          FROM effect_agent_sessions s WHERE ${sql.in("s.session_id", ids)}`
+    })
+    const storedLengths = (ids: ReadonlyArray<SessionId>) =>
+      findStoredLengths(ids).pipe(
+        Effect.map((rows) => new Map(rows.map((row) => [row.session_id, row.next_seq]))),
+        Effect.catchTag("ParseError", (error) => Effect.fail(malformedRow("the stored lengths of sessions")(error)))
       )
+
+    /** Renews the leases still holding our tokens; answers those sessions' stored lengths. */
+    const renewOurs = SqlSchema.findAll({
+      Request: Schema.Struct({ now: Schema.Number, leases: Schema.Array(Schema.Struct({ id: Schema.String, token: Schema.String })) }),
+      Result: LengthRow,
+      execute: ({ leases, now }) =>
+        sql`UPDATE effect_agent_leases SET expires_at = ${now + ttlMillis}
+          WHERE ${sql.or(leases.map(({ id, token }) => sql`(session_id = ${id} AND token = ${token})`))}
+          RETURNING session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
+            WHERE e.session_id = effect_agent_leases.session_id) AS next_seq`
+    })
 
     /** Inserts rows in statements bounded by row count and by text. */
     const insertRows = (rows: ReadonlyArray<EventRow>): Effect.Effect<void, SqlError> =>
@@ -151,13 +172,11 @@ export const make = (options: {
         const now = yield* Clock.currentTimeMillis
         // Renews the leases still holding our tokens and reads those sessions' stored lengths, one
         // index seek each (a GROUP BY over the events would read every row of each session).
-        const ours = yield* sql<{ readonly session_id: string; readonly next_seq: number | string }>`
-          UPDATE effect_agent_leases SET expires_at = ${now + ttlMillis}
-          WHERE ${sql.or(batch.map(({ held }) => sql`(session_id = ${held.id} AND token = ${held.token})`))}
-          RETURNING session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
-            WHERE e.session_id = effect_agent_leases.session_id) AS next_seq`
+        const ours = yield* renewOurs({ now, leases: batch.map(({ held }) => held) }).pipe(
+          Effect.catchTag("ParseError", (error) => Effect.fail(malformedRow("the renewed leases")(error)))
+        )
         const stored = new Map<string, number>()
-        for (const row of ours) stored.set(row.session_id, Number(row.next_seq))
+        for (const row of ours) stored.set(row.session_id, row.next_seq)
         // Only a writer that lost its lease gets here (rare): its error states the stored length too.
         const lost = batch.filter(({ held }) => !stored.has(held.id)).map(({ held }) => held.id)
         const lengths = lost.length === 0 ? new Map<string, number>() : yield* storedLengths(lost)
@@ -257,24 +276,24 @@ export const make = (options: {
 
     // The committer is never interrupted, so no batch it took can be dropped: closing refuses new
     // batches, then queues `stop` behind the last accepted one and waits until all are committed.
-    const loop = Effect.gen(function*() {
-      while (true) {
-        const first = yield* Queue.take(queue)
-        if (first === STOP) return
-        // lets the fibers woken by the previous commit hand in their next batches first
-        yield* Effect.yieldNow()
-        const batch = [first]
-        let stopping = false
-        for (const next of yield* Queue.takeUpTo(queue, MAX_SESSIONS - 1)) {
-          if (next === STOP) stopping = true
-          else batch.push(next)
-        }
-        // CORE-01: a defect outside the transaction (a tracer, a callback) must not kill the loop and
-        // leave this batch and every later one waiting forever: its callers get the failure
-        yield* Effect.catchAllCause(commit(batch), (cause) => Effect.sync(() => refuseAll(batch, cause)))
-        if (stopping) return
+    /** One commit of whatever is waiting; whether to go on (`false` once `stop` was taken). */
+    const round = Effect.gen(function*() {
+      const first = yield* Queue.take(queue)
+      if (first === STOP) return false
+      // lets the fibers woken by the previous commit hand in their next batches first
+      yield* Effect.yieldNow()
+      const batch = [first]
+      let stopping = false
+      for (const next of yield* Queue.takeUpTo(queue, MAX_SESSIONS - 1)) {
+        if (next === STOP) stopping = true
+        else batch.push(next)
       }
+      // CORE-01: a defect outside the transaction (a tracer, a callback) must not kill the loop and
+      // leave this batch and every later one waiting forever: its callers get the failure
+      yield* Effect.catchAllCause(commit(batch), (cause) => Effect.sync(() => refuseAll(batch, cause)))
+      return !stopping
     })
+    const loop = Effect.repeat(round, { while: (goOn) => goOn })
     const committer = yield* Effect.forkScoped(Effect.uninterruptible(loop))
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {

@@ -16,11 +16,13 @@
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
-import { Clock, Effect, Either } from "effect"
+import * as SqlSchema from "@effect/sql/SqlSchema"
+import { Clock, Data, Effect, Option, Schedule, Schema } from "effect"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import type { ProcessProbe } from "./fileLock.js"
 import { processLiveness } from "./fileLock.js"
+import { malformedRow, SqlNumber } from "./sqlLog.js"
 
 /** The process a lease names (PKG-04). @internal */
 export interface LeaseHolder {
@@ -67,13 +69,29 @@ export interface Lease {
   readonly token: string
 }
 
-interface LeaseRow {
-  readonly token: string
-  readonly holder: string
-  readonly expires_at: number | string | bigint
-  readonly holder_host: string | null
-  readonly holder_pid: number | string | null
-  readonly holder_start: string | null
+/** The lease row as `SqlSchema` decodes it (CORE-09). */
+const LeaseRow = Schema.Struct({
+  token: Schema.String,
+  holder: Schema.String,
+  expires_at: SqlNumber,
+  holder_host: Schema.NullOr(Schema.String),
+  holder_pid: Schema.NullOr(SqlNumber),
+  holder_start: Schema.NullOr(Schema.String)
+})
+
+type LeaseRow = typeof LeaseRow.Type
+
+/** The lease row of `id`, if any. */
+const findLease = (sql: SqlClient) => {
+  const find = SqlSchema.findOne({
+    Request: Schema.String,
+    Result: LeaseRow,
+    execute: (id) =>
+      sql`SELECT token, holder, expires_at, holder_host, holder_pid, holder_start
+        FROM effect_agent_leases WHERE session_id = ${id}`
+  })
+  return (id: SessionId): Effect.Effect<Option.Option<LeaseRow>, SqlError> =>
+    Effect.catchTag(find(id), "ParseError", (error) => Effect.fail(malformedRow(`the lease of ${JSON.stringify(id)}`)(error)))
 }
 
 /**
@@ -87,7 +105,7 @@ export const lockedRemedy = (id: SessionId): string =>
   "gone for good (another host, a hung process), break the lock as an operator: SqlSessionPersistence.breakLock" +
   `(${JSON.stringify(id)}) or \`effect-agent sessions break-lock ${id} --sqlite <file> | --postgres <url>\``
 
-const validUntil = (row: LeaseRow) => `lease valid until ${new Date(Number(row.expires_at)).toISOString()}`
+const validUntil = (row: LeaseRow) => `lease valid until ${new Date(row.expires_at).toISOString()}`
 
 const locked = (id: SessionId, row: LeaseRow) =>
   new SessionError.SessionLocked({ id, holder: `${row.holder}, ${validUntil(row)}`, remedy: lockedRemedy(id) })
@@ -95,72 +113,78 @@ const locked = (id: SessionId, row: LeaseRow) =>
 /** PKG-04: whether the row's holder is a process of this host that no longer runs (v1 rows never are). */
 const isHolderGone = (ctx: LeaseContext, row: LeaseRow): boolean => {
   if (row.holder_host === null || row.holder_pid === null) return false
-  const pid = Number(row.holder_pid)
+  const pid = row.holder_pid
   if (!Number.isSafeInteger(pid) || pid <= 0) return false
   const owner = { host: row.holder_host, pid, ...decodeStart(row.holder_start) }
   return processLiveness(ctx.probe, ctx.self, owner) === "Gone"
 }
 
+/** The lease changed between two of our statements (released, renewed, taken over): look again. */
+class LeaseChanged extends Data.TaggedError("LeaseChanged")<{ readonly why: string }> {}
+
+/** Up to 3 more attempts, at once: each one that loses a race saw another writer's change. */
+const lookAgain = Schedule.recurs(3)
+
+/** One attempt at the lease: ours, `SessionLocked` with its holder, or `LeaseChanged` under us. */
+const attemptLease = (
+  ctx: LeaseContext,
+  id: SessionId
+): Effect.Effect<Lease, SessionError.SessionLocked | LeaseChanged | SqlError> =>
+  Effect.gen(function*() {
+    const { self, sql } = ctx
+    const now = yield* Clock.currentTimeMillis
+    const token = globalThis.crypto.randomUUID()
+    const expiresAt = now + ctx.ttlMillis
+    const inserted = yield* sql<{ readonly token: string }>`INSERT INTO effect_agent_leases
+      (session_id, token, holder, expires_at, holder_host, holder_pid, holder_start)
+      VALUES (${id}, ${token}, ${ctx.holder}, ${expiresAt}, ${self.host}, ${self.pid}, ${encodeStart(self)})
+      ON CONFLICT (session_id) DO NOTHING RETURNING token`
+    if (inserted.length > 0) return { id, token }
+
+    const current = yield* findLease(sql)(id)
+    if (Option.isNone(current)) return yield* new LeaseChanged({ why: "the lease was released while we looked" })
+    const row = current.value
+    const isExpired = row.expires_at <= now
+    // PKG-04: a dead holder of this host is taken over at once; one of another host never is.
+    const isOrphaned = !isExpired && isHolderGone(ctx, row)
+    if (!isExpired && !isOrphaned) return yield* locked(id, row)
+
+    // compare-and-set on the token; an expired lease also must still be expired
+    const stillExpiredBy = isOrphaned ? Number.MAX_SAFE_INTEGER : now
+    const taken = yield* sql<{ readonly token: string }>`UPDATE effect_agent_leases
+      SET token = ${token}, holder = ${ctx.holder}, expires_at = ${expiresAt},
+        holder_host = ${self.host}, holder_pid = ${self.pid}, holder_start = ${encodeStart(self)}
+      WHERE session_id = ${id} AND token = ${row.token} AND expires_at <= ${stillExpiredBy}
+      RETURNING token`
+    if (taken.length === 0) return yield* new LeaseChanged({ why: "the lease changed while we took it over" })
+    yield* Effect.logWarning(
+      isOrphaned
+        ? `effect-agent: took over the lease of session ${JSON.stringify(id)} from ${row.holder}, ` +
+          `which is no longer running (its ${validUntil(row)})`
+        : `effect-agent: took over the expired lease of session ${JSON.stringify(id)} from ${row.holder} ` +
+          `(it expired at ${new Date(row.expires_at).toISOString()} without being renewed)`
+    )
+    return { id, token }
+  })
+
 /**
- * Takes the lease of `id` for this process, or fails `SessionLocked` at once with its holder. Not
- * interruptible in the middle: run it as the acquire of an `acquireRelease`.
+ * Takes the lease of `id` for this process, or fails `SessionLocked` at once with its holder. An
+ * attempt that loses a race to another writer is retried (CORE-09: `Effect.retry` on a
+ * `Schedule`). Not interruptible in the middle: run it as the acquire of an `acquireRelease`.
  *
  * @internal
  */
 export const acquire = (
   ctx: LeaseContext,
   id: SessionId
-): Effect.Effect<Lease, SessionError.SessionLocked | SqlError> => {
-  const { self, sql } = ctx
-  const attempt = (retries: number): Effect.Effect<Lease, SessionError.SessionLocked | SqlError> =>
-    Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      const token = globalThis.crypto.randomUUID()
-      const expiresAt = now + ctx.ttlMillis
-      const inserted = yield* sql<{ readonly token: string }>`INSERT INTO effect_agent_leases
-        (session_id, token, holder, expires_at, holder_host, holder_pid, holder_start)
-        VALUES (${id}, ${token}, ${ctx.holder}, ${expiresAt}, ${self.host}, ${self.pid}, ${encodeStart(self)})
-        ON CONFLICT (session_id) DO NOTHING RETURNING token`
-      if (inserted.length > 0) return { id, token }
-
-      const current = yield* sql<LeaseRow>`SELECT token, holder, expires_at, holder_host, holder_pid, holder_start
-        FROM effect_agent_leases WHERE session_id = ${id}`
-      const again = (why: string) =>
-        retries > 0
-          ? attempt(retries - 1)
-          : Effect.fail(
-            new SessionError.SessionLocked({
-              id,
-              holder: `a writer that keeps changing (${why})`,
-              remedy: lockedRemedy(id)
-            })
-          )
-      const row = current[0]
-      if (row === undefined) return yield* again("the lease was released while we looked")
-      const isExpired = Number(row.expires_at) <= now
-      // PKG-04: a dead holder of this host is taken over at once; one of another host never is.
-      const isOrphaned = !isExpired && isHolderGone(ctx, row)
-      if (!isExpired && !isOrphaned) return yield* locked(id, row)
-
-      // compare-and-set on the token; an expired lease also must still be expired
-      const stillExpiredBy = isOrphaned ? Number.MAX_SAFE_INTEGER : now
-      const taken = yield* sql<{ readonly token: string }>`UPDATE effect_agent_leases
-        SET token = ${token}, holder = ${ctx.holder}, expires_at = ${expiresAt},
-          holder_host = ${self.host}, holder_pid = ${self.pid}, holder_start = ${encodeStart(self)}
-        WHERE session_id = ${id} AND token = ${row.token} AND expires_at <= ${stillExpiredBy}
-        RETURNING token`
-      if (taken.length === 0) return yield* again("the lease changed while we took it over")
-      yield* Effect.logWarning(
-        isOrphaned
-          ? `effect-agent: took over the lease of session ${JSON.stringify(id)} from ${row.holder}, ` +
-            `which is no longer running (its ${validUntil(row)})`
-          : `effect-agent: took over the expired lease of session ${JSON.stringify(id)} from ${row.holder} ` +
-            `(it expired at ${new Date(Number(row.expires_at)).toISOString()} without being renewed)`
-      )
-      return { id, token }
-    })
-  return attempt(3)
-}
+): Effect.Effect<Lease, SessionError.SessionLocked | SqlError> =>
+  attemptLease(ctx, id).pipe(
+    Effect.retry({ schedule: lookAgain, while: (error) => error._tag === "LeaseChanged" }),
+    Effect.catchTag("LeaseChanged", ({ why }) =>
+      Effect.fail(
+        new SessionError.SessionLocked({ id, holder: `a writer that keeps changing (${why})`, remedy: lockedRemedy(id) })
+      ))
+  )
 
 /**
  * Extends the lease by a ttl from now. `false` when it is no longer ours (taken over after it
@@ -194,9 +218,10 @@ export const release = (ctx: LeaseContext, lease: Lease): Effect.Effect<void> =>
   )
 
 /**
- * Renews the lease every ttl/3 until interrupted. Stops (with a warning, unless the writer was
- * closed meanwhile) when the lease turns out to have been taken over; a renewal that fails is
- * logged and retried at the next tick, while the lease may still be valid.
+ * Renews the lease every ttl/3 until interrupted (CORE-09: `Effect.repeat` on a `Schedule`). Stops
+ * (with a warning, unless the writer was closed meanwhile) when the lease turns out to have been
+ * taken over; a renewal that fails is logged and retried at the next tick, while the lease may
+ * still be valid.
  *
  * @internal
  */
@@ -204,29 +229,36 @@ export const keepAlive = (
   ctx: LeaseContext,
   lease: Lease,
   options: { readonly isClosed: () => boolean; readonly onLost: () => void }
-): Effect.Effect<void> =>
-  Effect.gen(function*() {
-    const interval = Math.max(1, Math.floor(ctx.ttlMillis / 3))
-    while (true) {
-      yield* Effect.sleep(interval)
-      if (options.isClosed()) return
-      const renewed = yield* Effect.either(renew(ctx, lease))
-      if (Either.isLeft(renewed)) {
-        yield* Effect.logWarning(
-          `effect-agent: could not renew the lease of session ${JSON.stringify(lease.id)} ` +
-            `(${renewed.left.message}); retrying in ${interval} ms`
-        )
-        continue
-      }
-      if (!renewed.right) {
+): Effect.Effect<void> => {
+  const interval = Math.max(1, Math.floor(ctx.ttlMillis / 3))
+  /** One renewal: whether to keep renewing. */
+  const tick: Effect.Effect<boolean> = Effect.suspend(() => {
+    if (options.isClosed()) return Effect.succeed(false)
+    return Effect.matchEffect(renew(ctx, lease), {
+      onFailure: (error) =>
+        Effect.as(
+          Effect.logWarning(
+            `effect-agent: could not renew the lease of session ${JSON.stringify(lease.id)} ` +
+              `(${error.message}); retrying in ${interval} ms`
+          ),
+          true
+        ),
+      onSuccess: (renewed) => {
+        if (renewed) return Effect.succeed(true)
         options.onLost()
-        if (!options.isClosed()) {
-          yield* Effect.logWarning(
+        return Effect.as(
+          options.isClosed() ? Effect.void : Effect.logWarning(
             `effect-agent: the lease of session ${JSON.stringify(lease.id)} was taken over by another writer; ` +
               "appends through this writer fail SessionConflict: dispose the agent and resume it"
-          )
-        }
-        return
+          ),
+          false
+        )
       }
-    }
+    })
   })
+  return tick.pipe(
+    Effect.repeat(Schedule.spaced(interval).pipe(Schedule.whileInput((keepRenewing: boolean) => keepRenewing))),
+    Effect.delay(interval),
+    Effect.asVoid
+  )
+}

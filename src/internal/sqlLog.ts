@@ -8,17 +8,44 @@
  *
  * @internal
  */
-import type { SqlError } from "@effect/sql/SqlError"
-import { Either } from "effect"
+import { SqlError } from "@effect/sql/SqlError"
+import type { ParseResult } from "effect"
+import { Either, Schema } from "effect"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent, SessionHeader } from "../SessionEvent.js"
 import { headerOf, parseJson, recordError, storedEvent } from "./eventCodec.js"
 
+/**
+ * An integer column as the drivers answer it (CORE-09, rows through `SqlSchema`): a number, a
+ * numeric string (Postgres `BIGINT`, `COUNT`) or a bigint, as a number.
+ *
+ * @internal
+ */
+export const SqlNumber: Schema.Schema<number, number | string | bigint> = Schema.Union(
+  Schema.Number,
+  Schema.NumberFromString,
+  Schema.transform(Schema.BigIntFromSelf, Schema.Number, {
+    strict: true,
+    decode: (n) => Number(n),
+    encode: (n) => BigInt(n)
+  })
+)
+
+/** The row of an event: its record is JSON text, validated by the event codec. @internal */
+export const EventRow = Schema.Struct({ record: Schema.Unknown })
+
 /** @internal */
-export interface EventRow {
-  readonly record: string
-}
+export type EventRow = typeof EventRow.Type
+
+/**
+ * A row the database answered that does not have the shape our statements select: reported as the
+ * `SqlError` of the statement (and translated to `PersistenceError` with it), naming the problem.
+ *
+ * @internal
+ */
+export const malformedRow = (what: string) => (error: ParseResult.ParseError): SqlError =>
+  new SqlError({ cause: error, message: `${what}: the database answered a row of an unexpected shape (${error.message})` })
 
 const describeCause = (cause: unknown): string => {
   if (cause instanceof Error) return cause.message

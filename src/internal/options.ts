@@ -1,0 +1,283 @@
+/**
+ * CORE-08: the options a caller hands the library — `AgentOptions`, size limits, the file and SQL
+ * persistence options, tool definitions — are Schemas, decoded once where they enter, and a refusal
+ * is the typed error of that entry with a message that names each field and its problem
+ * (`maxTokens must be a positive integer, got 0`), built from `ParseResult.ArrayFormatter`'s paths.
+ *
+ * Not here: the lossless-JSON guard of stored and model-produced values (`json.ts`, DUR-03/DUR-10),
+ * which stays hand-written because Schema's record decoding assigns `__proto__` and runs getters.
+ *
+ * @internal
+ */
+import { Duration, Either, ParseResult, Schema } from "effect"
+import type { AgentOptions } from "../Agent.js"
+import { InvalidAgentOptions } from "../AgentError.js"
+import { PersistenceError } from "../SessionError.js"
+
+// -------------------------------------------------------------------------------------------------
+// Messages
+
+/** A value as a message shows it: strings quoted, the rest as `String` would (never throws). */
+const show = (u: unknown): string => {
+  try {
+    if (typeof u === "string") return JSON.stringify(u)
+    if (typeof u === "function") return "a function"
+    if (Array.isArray(u)) return "an array"
+    if (typeof u === "object" && u !== null) return "an object"
+    return String(u)
+  } catch {
+    return "a value that cannot be shown"
+  }
+}
+
+const actualOf = (issue: ParseResult.ParseIssue): unknown => ("actual" in issue ? issue.actual : undefined)
+
+/**
+ * One line per problem, `<path> <problem>`, joined by `; ` (the path is dotted, array indexes in
+ * brackets; a problem of the whole value is the message alone).
+ *
+ * @internal
+ */
+export const formatParseError = (error: ParseResult.ParseError): string =>
+  ParseResult.ArrayFormatter.formatErrorSync(error).map((issue) => {
+    const path = issue.path.reduce<string>(
+      (out, key) => typeof key === "number" ? `${out}[${key}]` : out === "" ? String(key) : `${out}.${String(key)}`,
+      ""
+    )
+    return path === "" ? issue.message : `${path} ${issue.message}`
+  }).join("; ")
+
+/**
+ * An optional field that may also be `undefined` (the library's options are typed `X | undefined`),
+ * whose every failure reads `must be <expected>, got <actual>`.
+ *
+ * @internal
+ */
+export const optionalField = <A, I>(schema: Schema.Schema<A, I>, expected: string) =>
+  Schema.optionalWith(
+    Schema.UndefinedOr(schema).annotations({
+      message: (issue) => ({ message: `must be ${expected}, got ${show(actualOf(issue))}`, override: true })
+    }),
+    { exact: true }
+  )
+
+/** A required field whose every failure reads `must be <expected>, got <actual>`. */
+const requiredField = <A, I>(schema: Schema.Schema<A, I>, expected: string) =>
+  schema.annotations({
+    message: (issue) => ({ message: `must be ${expected}, got ${show(actualOf(issue))}`, override: true })
+  })
+
+/** The message of a value that is not an options object at all. */
+const anObject = (what: string) => ({
+  message: (issue: ParseResult.ParseIssue) => `${what} must be an object, got ${show(actualOf(issue))}`
+})
+
+const decodeOptions = { errors: "all", onExcessProperty: "ignore" } as const
+
+// -------------------------------------------------------------------------------------------------
+// Shared field schemas
+
+/** A safe integer ≥ 1. @internal */
+export const PositiveInt = Schema.Int.pipe(Schema.positive())
+
+/** A safe integer ≥ 0. @internal */
+export const NonNegativeInt = Schema.Int.pipe(Schema.nonNegative())
+
+const isFunction = (u: unknown): u is (...args: ReadonlyArray<never>) => unknown => typeof u === "function"
+
+/** A function (its signature is the type's to check). @internal */
+export const AnyFunction = Schema.declare(isFunction, { identifier: "function" })
+
+/**
+ * What `Duration.decode` takes (a `Duration`, a number of milliseconds, a bigint of nanoseconds,
+ * `"30 seconds"`, a `[seconds, nanos]` pair), as the `Duration` it means.
+ *
+ * @internal
+ */
+export const DurationInput = Schema.transformOrFail(Schema.Unknown, Schema.DurationFromSelf, {
+  strict: true,
+  decode: (input, _, ast) => {
+    const decoded = Duration.decodeUnknown(input)
+    return decoded._tag === "Some"
+      ? ParseResult.succeed(decoded.value)
+      : ParseResult.fail(new ParseResult.Type(ast, input, "not a duration"))
+  },
+  encode: (duration) => ParseResult.succeed(duration)
+})
+
+// -------------------------------------------------------------------------------------------------
+// AgentOptions (PUB-10: refused before anything is stored or published)
+
+/** @internal */
+export const AgentOptionsSchema = Schema.Struct({
+  provider: optionalField(Schema.String, "a string"),
+  model: optionalField(Schema.String, "a string"),
+  maxTokens: optionalField(PositiveInt, "a positive integer"),
+  system: optionalField(Schema.String, "a string"),
+  maxParallelToolCalls: optionalField(PositiveInt, "a positive integer"),
+  maxStepsPerTurn: optionalField(PositiveInt, "a positive integer"),
+  maxRequestRetries: optionalField(NonNegativeInt, "an integer >= 0")
+}).annotations(anObject("options"))
+
+const decodeAgentOptionsSchema = Schema.decodeUnknownEither(AgentOptionsSchema, decodeOptions)
+
+
+/**
+ * The options of a `create`/`resume` — the caller's own object, which `agent.options` returns (the
+ * Schema has no transformations, so what it accepts is what was given) — or `InvalidAgentOptions`
+ * naming every bad field.
+ *
+ * @internal
+ */
+export const decodeAgentOptions = (
+  options: AgentOptions | undefined
+): Either.Either<AgentOptions, InvalidAgentOptions> => {
+  if (options === undefined) return Either.right({})
+  const decoded = decodeAgentOptionsSchema(options)
+  return Either.isRight(decoded)
+    ? Either.right(options)
+    : Either.left(new InvalidAgentOptions({ reason: formatParseError(decoded.left) }))
+}
+
+// -------------------------------------------------------------------------------------------------
+// Persistence options (DUR-05 limits, the file and SQL layers)
+
+/** 16 MiB. @internal */
+export const defaultMaxEventBytes: number = 16 * 1024 * 1024
+
+/** 512 MiB. @internal */
+export const defaultMaxSessionBytes: number = 512 * 1024 * 1024
+
+const byteCount = "a positive integer number of bytes"
+
+/** The size limits of every persistence layer (DUR-05), defaults filled in. @internal */
+export const SizeLimitsSchema = Schema.Struct({
+  maxEventBytes: optionalField(PositiveInt, byteCount),
+  maxSessionBytes: optionalField(PositiveInt, byteCount)
+})
+
+/** @internal */
+export interface Limits {
+  readonly maxEventBytes: number
+  readonly maxSessionBytes: number
+}
+
+const limitsFrom = (options: typeof SizeLimitsSchema.Type): Limits => ({
+  maxEventBytes: options.maxEventBytes ?? defaultMaxEventBytes,
+  maxSessionBytes: options.maxSessionBytes ?? defaultMaxSessionBytes
+})
+
+const Durability = Schema.Literal("fsync", "buffered")
+
+/** A function of a pid (its result type is the caller's to keep: only "is a function" is checkable). */
+const pidFunction = <A>() =>
+  Schema.declare((u: unknown): u is (pid: number) => A => typeof u === "function", { identifier: "function" })
+
+const ProcessProbeFields = {
+  instanceId: optionalField(Schema.String, "a string"),
+  isProcessAlive: optionalField(pidFunction<boolean>(), "a function of a pid"),
+  processStartTime: optionalField(pidFunction<string | undefined>(), "a function of a pid"),
+  readOnly: optionalField(Schema.Boolean, "a boolean")
+}
+
+/** `FileSessionPersistence.Options`. @internal */
+export const FileOptionsSchema = Schema.Struct({
+  directory: requiredField(Schema.String, "a directory path"),
+  durability: optionalField(Durability, `"fsync" or "buffered"`),
+  readChunkBytes: optionalField(PositiveInt, byteCount),
+  ...ProcessProbeFields,
+  ...SizeLimitsSchema.fields
+}).annotations(anObject("options"))
+
+/** The lease ttl: renewed every ttl/3, so a ttl under 3 ms would renew every 0 ms. */
+const LeaseTtl = DurationInput.pipe(
+  Schema.filter((ttl) => Duration.isFinite(ttl) && Duration.toMillis(ttl) >= 3)
+)
+
+/** `SqlSessionPersistence.Options`. @internal */
+export const SqlOptionsSchema = Schema.Struct({
+  durability: optionalField(Durability, `"fsync" or "buffered"`),
+  leaseTtl: optionalField(LeaseTtl, "a finite duration of at least 3 ms (e.g. \"30 seconds\")"),
+  ...ProcessProbeFields,
+  ...SizeLimitsSchema.fields
+}).annotations(anObject("options"))
+
+/** The memory layer's options. @internal */
+export const MemoryOptionsSchema = Schema.Struct({
+  instanceId: optionalField(Schema.String, "a string"),
+  ...SizeLimitsSchema.fields
+}).annotations(anObject("options"))
+
+const refusal = (layer: string) => (error: ParseResult.ParseError) =>
+  new PersistenceError({ reason: `invalid ${layer} options: ${formatParseError(error)}; fix them where the layer is built` })
+
+const decodeFile = Schema.decodeUnknownEither(FileOptionsSchema, decodeOptions)
+const decodeSql = Schema.decodeUnknownEither(SqlOptionsSchema, decodeOptions)
+const decodeMemory = Schema.decodeUnknownEither(MemoryOptionsSchema, decodeOptions)
+
+/** The file layer's validated options and limits, or `PersistenceError` naming each bad field. @internal */
+export const decodeFileOptions = (
+  options: unknown
+): Either.Either<typeof FileOptionsSchema.Type & { readonly limits: Limits }, PersistenceError> =>
+  Either.match(decodeFile(options), {
+    onLeft: (error) => Either.left(refusal("FileSessionPersistence")(error)),
+    onRight: (decoded) => Either.right({ ...decoded, limits: limitsFrom(decoded) })
+  })
+
+/** The SQL layer's validated options (`leaseTtl` as a `Duration`) and limits. @internal */
+export const decodeSqlOptions = (
+  options: unknown
+): Either.Either<typeof SqlOptionsSchema.Type & { readonly limits: Limits }, PersistenceError> =>
+  Either.match(decodeSql(options ?? {}), {
+    onLeft: (error) => Either.left(refusal("SqlSessionPersistence")(error)),
+    onRight: (decoded) => Either.right({ ...decoded, limits: limitsFrom(decoded) })
+  })
+
+/** The memory layer's validated options and limits. @internal */
+export const decodeMemoryOptions = (
+  options: unknown
+): Either.Either<typeof MemoryOptionsSchema.Type & { readonly limits: Limits }, PersistenceError> =>
+  Either.match(decodeMemory(options ?? {}), {
+    onLeft: (error) => Either.left(refusal("SessionPersistence.layerMemory")(error)),
+    onRight: (decoded) => Either.right({ ...decoded, limits: limitsFrom(decoded) })
+  })
+
+// -------------------------------------------------------------------------------------------------
+// Tool definitions (TOOL-01, PKG-03)
+
+const isStructSchema = (u: unknown): u is Schema.Struct<Schema.Struct.Fields> =>
+  Schema.isSchema(u) && "fields" in u && u.ast._tag === "TypeLiteral"
+
+const StructSchema = Schema.declare(isStructSchema, { identifier: "Schema.Struct" })
+
+const PositiveDuration = DurationInput.pipe(Schema.filter((d) => Duration.greaterThan(d, Duration.zero)))
+
+/** What `Tool.make` takes. @internal */
+export const ToolDefinitionSchema = Schema.Struct({
+  name: requiredField(Schema.String, "a string"),
+  description: requiredField(Schema.String, "a string"),
+  parameters: requiredField(StructSchema, "a Schema.Struct of the tool's parameters"),
+  mode: optionalField(Schema.Literal("parallel", "exclusive"), `"parallel" or "exclusive"`),
+  run: requiredField(AnyFunction, "a function returning an Effect"),
+  timeout: optionalField(
+    PositiveDuration,
+    "a positive duration (e.g. \"30 seconds\" or a number of milliseconds)"
+  )
+}).annotations(anObject("a tool definition"))
+
+const decodeToolSchema = Schema.decodeUnknownEither(ToolDefinitionSchema, decodeOptions)
+
+/**
+ * A tool definition, checked; a bad one is a `TypeError` naming the tool and each bad field, thrown
+ * where the tool is defined (a programming error, found when the module loads).
+ *
+ * @internal
+ */
+export const decodeToolDefinition = (definition: unknown): typeof ToolDefinitionSchema.Type => {
+  const decoded = decodeToolSchema(definition)
+  if (Either.isRight(decoded)) return decoded.right
+  const name = typeof definition === "object" && definition !== null ? (definition as { name?: unknown }).name : undefined
+  throw new TypeError(
+    `Tool.make: the definition of tool ${show(name)} is invalid: ${formatParseError(decoded.left)}`
+  )
+}
