@@ -185,6 +185,7 @@ export const FileOptionsSchema = Schema.Struct({
   directory: requiredField(Schema.String, "a directory path"),
   durability: optionalField(Durability, `"fsync" or "buffered"`),
   readChunkBytes: optionalField(PositiveInt, byteCount),
+  clearStaleLocks: optionalField(Schema.Boolean, "a boolean"),
   ...ProcessProbeFields,
   ...SizeLimitsSchema.fields
 }).annotations(anObject("options"))
