@@ -40,9 +40,10 @@ export const acquireRelease = <A, E, R>(
  * (the usual case here) needs no mask: nothing can interrupt it between the change and the handler
  * that undoes it.
  *
- * Kept for B1's gate (create+dispose ≤ 240 Effect operations): a create sets three FiberRefs this
- * way (the creations in flight, the publishing agent, the span's parent), and `Effect.locallyWith`
- * (≈16 operations each) took a create+dispose from 225 to 274.
+ * Kept for B1's gate (create+dispose ≤ 240 Effect operations): a create sets FiberRefs this way up to
+ * five times (the creations in flight, the publishing agent, the span's parent, the Scope of its
+ * first steps and of its setup), and `Effect.locallyWith` (≈16 operations each) took a
+ * create+dispose from 229 to 296.
  *
  * @internal
  */
@@ -65,21 +66,30 @@ export const locallyWith = <V>(ref: FiberRef.FiberRef<V>, f: (current: V) => V) 
   })
 
 /**
- * `Scope.extend`, arguments in the order the library's callers use: `scope` is the Scope of `effect`.
+ * `Scope.extend` in a third of the operations: `scope` is the Scope of `effect` (added to the
+ * context with `locallyWith`, so the caller's context is restored on any exit).
+ *
+ * Kept for B1's gate (create+dispose ≤ 240 Effect operations): with the registry's and the store's
+ * state in `Ref`s (CORE-03) a create+dispose runs 229 operations, and `Scope.extend` (≈18 more per
+ * create) took it to 247.
  *
  * @internal
  */
 export const extendScope = <A, E, R>(
   effect: Effect.Effect<A, E, R>,
   scope: Scope.Scope
-): Effect.Effect<A, E, Exclude<R, Scope.Scope>> => Scope.extend(effect, scope)
+): Effect.Effect<A, E, Exclude<R, Scope.Scope>> =>
+  // the Scope is in the context while `effect` runs: what is left of R is provided by the caller
+  locallyWith(FiberRef.currentContext, (context) => Context.add(context, Scope.Scope, scope))(
+    effect as Effect.Effect<A, E, Exclude<R, Scope.Scope>>
+  )
 
 /**
  * `Effect.withSpan(name)` for the create path (the light variant CORE-09 allows): `self` runs in a
  * new span that ends with its exit, as with `withSpan`, but the span is made the parent with
  * `locallyWith` (not an acquire/use/release of the context) and no call-site stack trace is
  * captured (an `Error` per call). `Effect.withSpan(self, name, { captureStackTrace: false })` took
- * a create+dispose from 225 to 238 Effect operations, two from B1's gate of 240.
+ * a create+dispose from 229 to 242 Effect operations, over B1's gate of 240.
  *
  * @internal
  */
