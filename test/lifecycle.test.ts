@@ -20,7 +20,7 @@ type Step =
   | { readonly op: "detach"; readonly handle: number }
 
 const keys = ["a", "b", "c"] as const
-const Steps = FastCheck.array(
+const Steps: FastCheck.Arbitrary<Array<Step>> = FastCheck.array(
   FastCheck.oneof(
     FastCheck.record({
       op: FastCheck.constant("enter" as const),
