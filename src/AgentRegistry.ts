@@ -1,5 +1,5 @@
 /**
- * The AgentRegistry: the service of live agents (each change of its state is one atomic step),
+ * The AgentRegistry: the service of live agents (its state in `Ref`s, each change one `Ref.modify`: CORE-03),
  * with atomic publication, ownership queries, lifecycle events, the factory slot and the initiator
  * (SPEC §6).
  *

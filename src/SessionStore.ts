@@ -1,7 +1,8 @@
 /**
- * The SessionStore: the service of the sessions live in this process (each change one atomic
- * step), with lifecycle events, vetoing `onCreated` hooks and the low-level lifecycle the factory
- * uses (prepare / enter / announce / detach), STORE-01..06 and FORK-01's seed computation.
+ * The SessionStore: the service of the sessions live in this process (its state in a `Ref`, each
+ * change one `Ref.modify`: CORE-03), with lifecycle events, vetoing `onCreated` hooks and the
+ * low-level lifecycle the factory uses (prepare / enter / announce / detach), STORE-01..06 and
+ * FORK-01's seed computation.
  *
  * @since 0.1.0
  */
@@ -145,6 +146,8 @@ export class SessionStore extends Context.Tag("effect-agent/SessionStore")<Sessi
   ) => Effect.Effect<Session.Session, PrepareError | SessionError.SessionCreationVetoed, Scope.Scope>
 }>() {}
 
+const noParent = (): void => undefined
+
 /**
  * @since 0.1.0
  * @category constructors
@@ -177,9 +180,9 @@ export const make: Effect.Effect<SessionStore["Type"]> = Effect.gen(function*() 
     })
     if (Either.isLeft(planned)) return Effect.fail(planned.left)
     const id = planned.right.header.id
-    return registry.unsafeGet(id) !== undefined
-      ? Effect.fail(new SessionError.SessionAlreadyLive({ id }))
-      : Effect.succeed(planned.right)
+    return registry.withLive((live) =>
+      live(id) !== undefined ? Effect.fail(new SessionError.SessionAlreadyLive({ id })) : Effect.succeed(planned.right)
+    )
   }
 
   // untraced: it runs inside the span of the factory's create (B1), or inside `create` below; no
@@ -202,13 +205,13 @@ export const make: Effect.Effect<SessionStore["Type"]> = Effect.gen(function*() 
       })
     )
 
-  // the registry's synchronous step in one operation (B1)
   const enter = (session: Session.Session): Effect.Effect<SessionEntry, SessionError.SessionAlreadyLive> =>
-    Effect.suspend(() => {
-      const entered = registry.unsafeEnter(session.id, session, undefined)
-      return Either.isLeft(entered)
-        ? Effect.fail(new SessionError.SessionAlreadyLive({ id: session.id }))
-        : Effect.succeed(toEntry(entered.right))
+    registry.enter({
+      key: session.id,
+      value: session,
+      parentOf: noParent,
+      onEntered: toEntry,
+      onTaken: () => new SessionError.SessionAlreadyLive({ id: session.id })
     })
 
   const announce = (entry: SessionEntry) =>

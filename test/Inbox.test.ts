@@ -878,4 +878,31 @@ describe("Inbox", () => {
       const exit = yield* Effect.exit(inbox.append("next-turn", msg("m0")))
       assert.isTrue(Exit.isFailure(exit))
     }))
+
+  it.effect("CORE-04 INB-05 replay folds the stored events after the seed as a stream in chunks: 50,000 fit the stack", () =>
+    Effect.gen(function*() {
+      const count = 50_000
+      const entries: Array<readonly [string, unknown]> = [["custom/seeded", {}]]
+      for (let i = 0; i < count; i++) entries.push(splice("next-step", i, [], [msg(`m${i}`)]))
+      const log = storedLog(...entries)
+      // the stream starts after the seed and never hands the fold one big chunk
+      const chunks = yield* Stream.runCollect(Stream.chunks(internal.eventsAfter(log, 1)))
+      assert.strictEqual(Chunk.reduce(chunks, 0, (n, chunk) => n + chunk.length), count)
+      assert.isTrue(Chunk.every(chunks, (chunk) => chunk.length > 0 && chunk.length <= 1024))
+      assert.strictEqual(Chunk.unsafeHead(Chunk.unsafeHead(chunks)).seq, 1)
+      const projection = yield* internal.replay(Message.SessionId.make("many"), log, 1)
+      assert.strictEqual(projection.lists["next-step"].length, count)
+      assert.strictEqual(projection.stateOf(`m${count - 1}`), "pending")
+      // the fold stops at the first event that does not apply, deep in the log, and names its seq
+      const broken = [...log]
+      broken[40_001] = event(40_001, "agent/inbox/spliced", {
+        target: "next-step",
+        start: 0,
+        removed: ["not-there"],
+        inserted: []
+      })
+      const failed = yield* Effect.flip(internal.replay(Message.SessionId.make("many"), broken, 1))
+      assert.strictEqual(failed._tag, "InvalidInboxLog")
+      assert.strictEqual(failed.seq, 40_001)
+    }))
 })

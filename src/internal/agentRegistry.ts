@@ -1,10 +1,12 @@
 /**
  * The AgentRegistry implementation: live agents on the one lifecycle registry, the registry-wide
- * event feed, the factory slot and the initiator regions with their drain (SPEC §6).
+ * event feed, the factory slot and the initiator regions with their drain (SPEC §6). Its state is
+ * in `Ref`s, each change one `Ref.modify` (CORE-03): the live entries (in the lifecycle registry),
+ * the factory slot, the session-start hooks and the region gate.
  *
  * @internal
  */
-import { Context, Deferred, Effect, Either, FiberRef, Option, Ref, RuntimeFlags, Scope } from "effect"
+import { Context, Deferred, Effect, FiberRef, Option, Ref, RuntimeFlags, Scope } from "effect"
 import type { Fiber } from "effect"
 import type { Stream } from "effect"
 import { globalValue } from "effect/GlobalValue"
@@ -96,10 +98,8 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
           feed.publish(AgentEvent.AgentDisposed({ agent: entry.value.id, ...initiatorIn(fiber) }))
         )
     })
-    // Plain cells, each read or replaced in one synchronous step (atomic, as a Ref's would be),
-    // so that a creation reads them without an operation of its own (B1).
-    let sessionStartHooks: ReadonlyArray<SessionStartHook> = []
-    let slot = Option.none<Installation>()
+    const sessionStartHooks = yield* Ref.make<ReadonlyArray<SessionStartHook>>([])
+    const slot = yield* Ref.make(Option.none<Installation>())
     const gate = yield* Ref.make<RegionGate>({ closed: false, active: 0, drain: undefined })
     // This registry's region nesting depth of the current fiber (inherited by forked children).
     const depthRef = FiberRef.unsafeMake(0)
@@ -109,29 +109,32 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
 
     const toEntry = (entry: AgentLifecycleEntry): AgentEntry => ({ agent: entry.value, entry })
 
+    /** The parent link, resolved against the entries live at enter time (REG-01). */
+    const linkTo = (parent: Option.Option<Agent>) =>
+    (live: (key: string) => AgentLifecycleEntry | undefined): Option.Option<ParentLink> => {
+      if (Option.isNone(parent)) return Option.none()
+      const current = live(parent.value.id)
+      return Option.some({
+        agent: parent.value,
+        entry: current !== undefined && current.value === parent.value ? Option.some(current) : Option.none()
+      })
+    }
+
     const enter = (
       agent: Agent,
       parent: Option.Option<Agent>
     ): Effect.Effect<AgentEntry, AgentError.AgentAlreadyExists> =>
-      Effect.suspend(() => {
-        if (agent.id !== agent.session.id) {
-          return Effect.dieMessage(
-            `bug: agent id ${JSON.stringify(agent.id)} does not match session id ${JSON.stringify(agent.session.id)}`
-          )
-        }
-        let link = Option.none<ParentLink>()
-        if (Option.isSome(parent)) {
-          const live = registry.unsafeGet(parent.value.id)
-          link = Option.some({
-            agent: parent.value,
-            entry: live !== undefined && live.value === parent.value ? Option.some(live) : Option.none()
-          })
-        }
-        const entered = registry.unsafeEnter(agent.id, agent, link)
-        return Either.isRight(entered)
-          ? Effect.succeed(toEntry(entered.right))
-          : Effect.fail(new AgentError.AgentAlreadyExists({ id: agent.id, where: "live" }))
-      })
+      agent.id !== agent.session.id
+        ? Effect.dieMessage(
+          `bug: agent id ${JSON.stringify(agent.id)} does not match session id ${JSON.stringify(agent.session.id)}`
+        )
+        : registry.enter({
+          key: agent.id,
+          value: agent,
+          parentOf: linkTo(parent),
+          onEntered: toEntry,
+          onTaken: () => new AgentError.AgentAlreadyExists({ id: agent.id, where: "live" })
+        })
 
     const runSessionStartHooks = Effect.fnUntraced(function*(
       agent: Agent,
@@ -152,24 +155,23 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
 
     /** After `AgentCreated` and the onCreated hooks: `AgentSessionStart` and its hooks. */
     const startSession = (entry: AgentEntry, source: Source) =>
-      Effect.withFiberRuntime<void>((fiber) => {
-        // A detach requested during the onCreated hooks already removed the entry (with its
-        // AgentDisposed): the session start never follows a disposal.
-        if (!registry.unsafeIsLive(entry.entry)) return Effect.void
-        const started = feed.publish(
-          AgentEvent.AgentSessionStart({ agent: entry.agent.id, source, ...initiatorIn(fiber) })
-        )
-        const hooks = sessionStartHooks
-        return hooks.length === 0 ? started : Effect.zipRight(started, runSessionStartHooks(entry.agent, source, hooks))
-      })
+      Effect.flatMap(Ref.get(sessionStartHooks), (hooks) =>
+        Effect.withFiberRuntime<void>((fiber) => {
+          const started = feed.publish(
+            AgentEvent.AgentSessionStart({ agent: entry.agent.id, source, ...initiatorIn(fiber) })
+          )
+          return hooks.length === 0
+            ? started
+            : Effect.zipRight(started, runSessionStartHooks(entry.agent, source, hooks))
+        }))
 
+    // A detach requested during the onCreated hooks already removed the entry (with its
+    // AgentDisposed) when the announcement settled: the session start never follows a disposal.
     const announceNow = (entry: AgentEntry, source: Source): Effect.Effect<void, AgentError.AgentCreationVetoed> =>
-      Effect.zipRight(
-        registry.announce(entry.entry).pipe(
-          Effect.mapError((cause) => new AgentError.AgentCreationVetoed({ id: entry.agent.id, cause }))
-        ),
-        startSession(entry, source)
-      )
+      Effect.matchEffect(registry.announce(entry.entry), {
+        onFailure: (cause) => Effect.fail(new AgentError.AgentCreationVetoed({ id: entry.agent.id, cause })),
+        onSuccess: (isLive) => isLive ? startSession(entry, source) : Effect.void
+      })
 
     // uninterruptible: a caller that already is (the factory's publication) pays no mask (B1)
     const announce = (entry: AgentEntry, source: Source): Effect.Effect<void, AgentError.AgentCreationVetoed> =>
@@ -196,12 +198,11 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       return Option.isSome(link.entry) ? current === link.entry.value : current.value === link.agent
     }
 
-    const lookupNow = (id: SessionId | string): Option.Option<Agent> => {
-      const live = registry.unsafeGet(id)
-      return live === undefined ? Option.none() : Option.some(live.value)
-    }
-
-    const lookup = (id: SessionId | string): Effect.Effect<Option.Option<Agent>> => Effect.sync(() => lookupNow(id))
+    const lookup = (id: SessionId | string): Effect.Effect<Option.Option<Agent>> =>
+      registry.withLive((live) => {
+        const entry = live(id)
+        return Effect.succeed(entry === undefined ? Option.none() : Option.some(entry.value))
+      })
 
     const get = Effect.fn("AgentRegistry.get")(function*(id: SessionId | string) {
       return yield* lookup(id)
@@ -217,13 +218,14 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
         .map((entry) => entry.value)
     })
 
+    // both entries judged against one snapshot of the live entries
     const isOwnedBy = Effect.fn("AgentRegistry.isOwnedBy")(function*(id: SessionId | string, parent: Agent) {
-      const child = yield* registry.get(id)
-      if (Option.isNone(child) || Option.isNone(child.value.parent)) return false
-      const link = child.value.parent.value
-      if (link.agent !== parent) return false
-      const current = yield* registry.get(parent.id)
-      return parentIsLive(link, (key) => (key === parent.id ? Option.getOrUndefined(current) : undefined))
+      return yield* registry.withLive((live) => {
+        const child = live(id)
+        if (child === undefined || Option.isNone(child.parent)) return Effect.succeed(false)
+        const link = child.parent.value
+        return Effect.succeed(link.agent === parent && parentIsLive(link, live))
+      })
     })
 
     const register = Effect.fn("AgentRegistry.register")(function*(
@@ -245,34 +247,39 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
     const setFactory = Effect.fn("AgentRegistry.setFactory")(function*(factory: AgentFactory) {
       const installation: Installation = { factory }
       yield* Effect.acquireRelease(
-        Effect.suspend(() => {
-          if (Option.isSome(slot)) return Effect.fail(new AgentError.FactoryAlreadySet())
-          slot = Option.some(installation)
-          return Effect.void
-        }),
+        Effect.flatten(Ref.modify(slot, (current): [
+          Effect.Effect<void, AgentError.FactoryAlreadySet>,
+          Option.Option<Installation>
+        ] =>
+          Option.isSome(current)
+            ? [Effect.fail(new AgentError.FactoryAlreadySet()), current]
+            : [Effect.void, Option.some(installation)]
+        )),
+        // exact: a later installation (after this one's release) is never removed
         () =>
-          Effect.sync(() => {
-            if (Option.isSome(slot) && slot.value === installation) slot = Option.none()
-          })
+          Ref.update(
+            slot,
+            (current) => Option.isSome(current) && current.value === installation ? Option.none() : current
+          )
       )
     })
 
-    /**
-     * Runs `f` with the installed factory and the caller's Scope (the owner), both read in one
-     * operation (B1).
-     */
+    const installedFactory = Effect.flatMap(
+      Ref.get(slot),
+      (current) =>
+        Option.isNone(current) ? Effect.fail(new AgentError.NoAgentFactory()) : Effect.succeed(current.value.factory)
+    )
+
+    /** Runs `f` with the installed factory and the caller's Scope (the owner). */
     const withFactory = <A, E, R>(
       f: (factory: AgentFactory, owner: Scope.Scope) => Effect.Effect<A, E, R>
     ): Effect.Effect<A, E | AgentError.NoAgentFactory, R | Scope.Scope> =>
-      Effect.withFiberRuntime((fiber) =>
-        Option.isNone(slot)
+      Effect.flatMap(Ref.get(slot), (current) =>
+        Option.isNone(current)
           ? Effect.fail(new AgentError.NoAgentFactory())
-          : f(slot.value.factory, Context.unsafeGet(fiber.currentContext, Scope.Scope))
-      )
-
-    const installedFactory = Effect.suspend(() =>
-      Option.isNone(slot) ? Effect.fail(new AgentError.NoAgentFactory()) : Effect.succeed(slot.value.factory)
-    )
+          : Effect.withFiberRuntime((fiber) =>
+            f(current.value.factory, Context.unsafeGet(fiber.currentContext, Scope.Scope))
+          ))
 
     // the spans without Effect.fn's call-site Error and context acquire/release: ≈25 of the ≈200
     // operations of a create+dispose (B1)
@@ -327,15 +334,11 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       run: (agent: Agent, source: Source) => Effect.Effect<void, unknown>
     ) {
       yield* Effect.acquireRelease(
-        Effect.sync((): SessionStartHook => {
+        Ref.modify(sessionStartHooks, (hooks): [SessionStartHook, ReadonlyArray<SessionStartHook>] => {
           const hook: SessionStartHook = { run }
-          sessionStartHooks = [...sessionStartHooks, hook]
-          return hook
+          return [hook, [...hooks, hook]]
         }),
-        (hook) =>
-          Effect.sync(() => {
-            sessionStartHooks = sessionStartHooks.filter((h) => h !== hook)
-          })
+        (hook) => Ref.update(sessionStartHooks, (hooks) => hooks.filter((h) => h !== hook))
       )
     })
 
@@ -403,7 +406,8 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
 
     const events: Stream.Stream<AgentEvent> = feed.stream
 
-    const service: AgentRegistry["Type"] = {
+    const service: AgentRegistry["Type"] & Untraced = {
+      [UntracedLookup]: lookup,
       get,
       list,
       roots,
@@ -422,37 +426,39 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       withInitiator,
       withoutInitiator
     }
-    untracedLookups.set(service, lookupNow)
     return { registry: service, publisher }
   })
 
-/** The registries built here, with their untraced `get` (a span per creation costs B1 dearly). */
-const untracedLookups = new WeakMap<
-  AgentRegistry["Type"],
-  (id: SessionId | string) => Option.Option<Agent>
->()
+/** The key of a registry's `get` without its span, on the registries built here. */
+const UntracedLookup: unique symbol = Symbol.for("effect-agent/AgentRegistry/untracedLookup")
+
+interface Untraced {
+  readonly [UntracedLookup]: (id: SessionId | string) => Effect.Effect<Option.Option<Agent>>
+}
+
+const isUntraced = (registry: AgentRegistry["Type"]): registry is AgentRegistry["Type"] & Untraced =>
+  UntracedLookup in registry
 
 /**
- * `registry.get` without its span, for the factory's collision pre-check; falls back to `get` for
- * a registry built elsewhere.
+ * `registry.get` without its span (a span per creation costs B1 dearly), for the factory's
+ * collision pre-check; `get` itself for a registry built elsewhere.
  *
  * @internal
  */
-export const lookup = (registry: AgentRegistry["Type"], id: SessionId | string): Effect.Effect<Option.Option<Agent>> => {
-  const untraced = untracedLookups.get(registry)
-  return untraced === undefined ? registry.get(id) : Effect.sync(() => untraced(id))
-}
+export const lookup = (registry: AgentRegistry["Type"], id: SessionId | string): Effect.Effect<Option.Option<Agent>> =>
+  isUntraced(registry) ? registry[UntracedLookup](id) : registry.get(id)
 
 /**
- * `lookup` as a synchronous read for a registry built here (`undefined` for one built elsewhere,
- * which only `lookup` can ask).
+ * Always `undefined` now: the registry's state lives in a `Ref` (CORE-03), which only an effect
+ * reads, so callers use `lookup`. Kept so that callers written against the synchronous read
+ * still compile and fall back to `lookup`.
  *
  * @internal
  */
 export const unsafeLookup = (
-  registry: AgentRegistry["Type"],
-  id: SessionId | string
-): Option.Option<Agent> | undefined => untracedLookups.get(registry)?.(id)
+  _registry: AgentRegistry["Type"],
+  _id: SessionId | string
+): Option.Option<Agent> | undefined => undefined
 
 /** @internal */
 export const make = (options?: Options): Effect.Effect<AgentRegistry["Type"], never, Scope.Scope> =>

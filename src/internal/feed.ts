@@ -1,18 +1,18 @@
 /**
- * Event fan-out, once for every feed of the library: an unbounded PubSub whose subscriber streams
- * end (after delivering everything published before) when the feed ends. Observers are subscribers
- * running in their own fibers, so a failing or slow observer never affects the publisher.
+ * Event fan-out, once for every feed of the library: an unbounded `PubSub` of `Take`s. A
+ * publication is one `Take` of its values, the feed's end is `Take.end`, and each subscriber stream
+ * is the subscription flattened (`Stream.flattenTake`): it delivers everything published before the
+ * end, then ends. Observers are subscribers running in their own fibers, so a failing or slow
+ * observer never affects the publisher.
  *
- * The PubSub is made on the first subscription: until someone listens, publishing costs nothing
+ * The PubSub is made by the first subscription: until someone listens, publishing costs nothing
  * (most agents of a large process are never observed, B2). A feed is one small object: its
  * operations live on the prototype and its streams are built on first use.
  *
  * @internal
  */
-import { Effect, PubSub, Stream } from "effect"
+import { Chunk, Effect, PubSub, Stream, Take } from "effect"
 import type { Scope } from "effect"
-
-const END: unique symbol = Symbol.for("effect-agent/feed/end")
 
 /** @internal */
 export interface Feed<A> {
@@ -32,27 +32,32 @@ export interface Feed<A> {
   readonly hasEnded: () => boolean
 }
 
+const streamOf = <A>(pubsub: PubSub.PubSub<Take.Take<A>>): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> =>
+  Effect.map(PubSub.subscribe(pubsub), (subscription) => Stream.flattenTake(Stream.fromQueue(subscription)))
+
 class FeedImpl<A> implements Feed<A> {
   private ended = false
-  private pubsub: PubSub.PubSub<A | typeof END> | undefined = undefined
+  private pubsub: PubSub.PubSub<Take.Take<A>> | undefined = undefined
   private subscribeEffect: Effect.Effect<Stream.Stream<A>, never, Scope.Scope> | undefined = undefined
   private streamValue: Stream.Stream<A> | undefined = undefined
 
   publish(value: A): Effect.Effect<void> {
     const pubsub = this.pubsub
-    return this.ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, value))
+    return this.ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, Take.of(value)))
   }
 
   publishAll(values: Iterable<A>): Effect.Effect<void> {
     const pubsub = this.pubsub
-    return this.ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publishAll(pubsub, values))
+    return this.ended || pubsub === undefined
+      ? Effect.void
+      : Effect.asVoid(PubSub.publish(pubsub, Take.chunk(Chunk.fromIterable(values))))
   }
 
   get end(): Effect.Effect<void> {
     return Effect.suspend(() => {
       if (this.ended) return Effect.void
       this.ended = true
-      return this.pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(this.pubsub, END))
+      return this.pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(this.pubsub, Take.end))
     })
   }
 
@@ -62,19 +67,20 @@ class FeedImpl<A> implements Feed<A> {
       this.ended = true
       const pubsub = this.pubsub
       if (pubsub === undefined) return Effect.void
-      const last: Array<A | typeof END> = [make(), END]
-      return Effect.asVoid(PubSub.publishAll(pubsub, last))
+      return Effect.asVoid(PubSub.publishAll(pubsub, [Take.of(make()), Take.end]))
     })
   }
 
   get subscribe(): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> {
     return this.subscribeEffect ??= Effect.suspend(() => {
       if (this.ended) return Effect.succeed(Stream.empty)
-      this.pubsub ??= Effect.runSync(PubSub.unbounded<A | typeof END>())
-      return Effect.map(
-        PubSub.subscribe(this.pubsub),
-        (dequeue) => Stream.fromQueue(dequeue).pipe(Stream.takeWhile((value): value is A => value !== END))
-      )
+      if (this.pubsub !== undefined) return streamOf(this.pubsub)
+      // The first subscription makes the PubSub; one made meanwhile by a concurrent first
+      // subscription wins (the check and the assignment run in one step) and this one is dropped.
+      return Effect.flatMap(PubSub.unbounded<Take.Take<A>>(), (made) => {
+        if (this.ended) return Effect.succeed(Stream.empty)
+        return streamOf(this.pubsub ??= made)
+      })
     })
   }
 

@@ -2,7 +2,8 @@
  * The Inbox implementation (SPEC §5): two ring-buffer deques, an index of every `MessageId` this
  * session accepted, and one lock under which each mutation computes its splice, appends it as one
  * writer batch and applies it. The live path and the replay share one validating fold
- * (`Projection.applyEvent`), so the live projection is the replay of its own log by construction.
+ * (`Projection.applyEvent`), so the live projection is the replay of its own log by construction;
+ * the replay folds the stored events after `seedLength` as a `Stream`, in chunks (CORE-04).
  *
  * @internal
  */
@@ -17,7 +18,7 @@ import * as SessionError from "../SessionError.js"
 import type { CoreEvent, CoreEventInput, InboxTarget, SessionEvent } from "../SessionEvent.js"
 import * as codec from "./eventCodec.js"
 import type { Lock } from "./lock.js"
-import { make as makeLock } from "./lock.js"
+import { makeLight as makeLock } from "./lock.js"
 import * as Feed from "./feed.js"
 import { snapshot } from "./json.js"
 import { core } from "./session.js"
@@ -386,6 +387,8 @@ const publishChanges = (state: InboxCell, changes: ReadonlyArray<InboxChange>): 
       : Effect.zipRight(feed.publish(change), onChange(change)), { discard: true })
 }
 
+// the written events go through the replay's own step (`Projection.applyEvent`, CORE-04): the live
+// projection is the fold of its log by construction
 const commitEvents = (
   state: InboxCell,
   events: Arr.NonEmptyReadonlyArray<CoreEventInput>,
@@ -677,9 +680,49 @@ export const make = (
   })
 
 /**
- * Replays the inbox events of a log after `seedLength` into a new projection, validating every
- * splice like a live one (INB-05): the first that does not apply fails `InvalidInboxLog` with its
- * seq. Resume replays the repaired log with it before anything is written (RES-03).
+ * The state of a replay: the projection so far, and the first event that did not apply (the fold
+ * stops there).
+ *
+ * @internal
+ */
+export interface Replay {
+  readonly projection: Projection
+  readonly invalid: { readonly seq: number; readonly reason: string } | undefined
+}
+
+/**
+ * The inbox's fold (CORE-04, INB-05): one event into the projection with `Projection.applyEvent`,
+ * the validating step every live operation applies to the events it wrote. Effect-free; an event
+ * that does not apply changes nothing and is recorded as the replay's failure.
+ *
+ * @internal
+ */
+export const foldEvent = (replay: Replay, event: SessionEvent): Replay => {
+  const reason = replay.projection.applyEvent(event)
+  return reason === undefined ? replay : { projection: replay.projection, invalid: { seq: event.seq, reason } }
+}
+
+/**
+ * Elements per chunk of a replayed stream: `Stream.runFold*` folds a chunk with one stack frame per
+ * element, so one chunk of the whole log overflows the stack from ≈10,000 events (CORE-04).
+ */
+const replayChunkSize = 1024
+
+/**
+ * The stored events of a log after `seedLength`, as a stream in chunks of `replayChunkSize`.
+ *
+ * @internal
+ */
+export const eventsAfter = (events: ReadonlyArray<SessionEvent>, seedLength: number): Stream.Stream<SessionEvent> =>
+  Stream.suspend(() => Stream.fromIteratorSucceed(events.slice(seedLength).values(), replayChunkSize))
+
+const stillValid = (replay: Replay): boolean => replay.invalid === undefined
+
+/**
+ * Replays the inbox events of a log after `seedLength` into a new projection by folding them as a
+ * stream (CORE-04), validating every splice like a live one (INB-05): the first that does not apply
+ * ends the fold and fails `InvalidInboxLog` with its seq. Resume replays the repaired log with it
+ * before anything is written (RES-03).
  *
  * @internal
  */
@@ -688,15 +731,20 @@ export const replay = (
   events: ReadonlyArray<SessionEvent>,
   seedLength: number
 ): Effect.Effect<Projection, AgentError.InvalidInboxLog> =>
-  Effect.suspend(() => {
-    const projection = new Projection()
-    for (let i = seedLength; i < events.length; i++) {
-      const event = events[i]!
-      const reason = projection.applyEvent(event)
-      if (reason !== undefined) return Effect.fail(new AgentError.InvalidInboxLog({ id, seq: event.seq, reason }))
-    }
-    return Effect.succeed(projection)
-  })
+  Effect.suspend(() =>
+    Effect.flatMap(
+      Stream.runFoldWhile(
+        eventsAfter(events, seedLength),
+        { projection: new Projection(), invalid: undefined } as Replay,
+        stillValid,
+        foldEvent
+      ),
+      ({ invalid, projection }) =>
+        invalid === undefined
+          ? Effect.succeed(projection)
+          : Effect.fail(new AgentError.InvalidInboxLog({ id, seq: invalid.seq, reason: invalid.reason }))
+    )
+  )
 
 /**
  * The inbox object: its operations on the prototype, over the module functions. The public

@@ -4,14 +4,18 @@
  * announcement runs, exact-entry detach, and paired disposal (a disposal event exactly when an
  * announcement began).
  *
+ * Its state is one `Ref` of an immutable record (CORE-03): the live slots in a `HashMap`, the next
+ * registration number and the hooks. Every change is one `Ref.modify`, which returns what the
+ * change owes (an event to publish, the hooks to run, a failure) as the effect to run next.
+ *
  * @internal
  */
-import { Cause, Effect, Either, Option, RuntimeFlags } from "effect"
+import { Cause, Effect, Either, HashMap, Option, Ref, RuntimeFlags } from "effect"
 import type { Scope } from "effect"
 
 /**
  * One entry: its identity is the object itself, so a stale detach (from an earlier entry with the
- * same key) can never remove a replacement.
+ * same key) can never remove a replacement (REG-04).
  *
  * @internal
  */
@@ -30,36 +34,72 @@ interface Slot<A, P> {
   readonly detachRequested: boolean
 }
 
+/** The registry's state: live slots by key, the registration number of the next entry, the hooks. */
+interface State<A, P> {
+  readonly slots: HashMap.HashMap<string, Slot<A, P>>
+  readonly nextOrder: number
+  /** Replaced (never mutated) by each registration and its release. */
+  readonly hooks: ReadonlyArray<Hook<A>>
+}
+
 /** @internal */
 export interface Hook<A> {
   readonly run: (value: A) => Effect.Effect<void, unknown>
 }
 
 /** @internal */
+export interface EnterOptions<A, P, B, E> {
+  readonly key: string
+  readonly value: A
+  readonly parentOf: (live: (key: string) => Entry<A, P> | undefined) => P
+  readonly onEntered: (entry: Entry<A, P>) => B
+  readonly onTaken: (live: Entry<A, P>) => E
+}
+
+/** @internal */
 export interface LifecycleRegistry<A, P> {
-  /** Fails with the live entry when the key is taken. Emits nothing. */
-  readonly enter: (key: string, value: A, parent: P) => Effect.Effect<Entry<A, P>, Entry<A, P>>
+  /**
+   * Enters a new entry and succeeds with `onEntered(entry)`, or fails with `onTaken(live)` when the
+   * key is taken. Emits nothing. `parentOf` computes the entry's parent in the same step, from the
+   * entries live then.
+   */
+  readonly enter: <B, E>(options: EnterOptions<A, P, B, E>) => Effect.Effect<B, E>
   /**
    * Marks the entry announcing, emits the creation event, runs the hooks serially. A failing hook
    * vetoes: later hooks are skipped, the entry is removed with its disposal event, and the cause is
-   * returned as the failure.
+   * returned as the failure. Succeeds with whether the entry is still live once announced (a detach
+   * requested meanwhile removed it, REG-03).
    */
-  readonly announce: (entry: Entry<A, P>) => Effect.Effect<void, Cause.Cause<unknown>>
+  readonly announce: (entry: Entry<A, P>) => Effect.Effect<boolean, Cause.Cause<unknown>>
   /** Idempotent and exact: removes only this entry; deferred while it is announcing. */
   readonly detach: (entry: Entry<A, P>) => Effect.Effect<void>
   readonly get: (key: string) => Effect.Effect<Option.Option<Entry<A, P>>>
-  /** `get` as a synchronous read, for callers that already run in an operation of their own. */
-  readonly unsafeGet: (key: string) => Entry<A, P> | undefined
-  /** `enter` as a synchronous step: the new entry, or the live one (`Left`) when the key is taken. */
-  readonly unsafeEnter: (key: string, value: A, parent: P) => Either.Either<Entry<A, P>, Entry<A, P>>
-  readonly isLive: (entry: Entry<A, P>) => Effect.Effect<boolean>
-  /** `isLive` as a synchronous read. */
-  readonly unsafeIsLive: (entry: Entry<A, P>) => boolean
+  /** Runs `f` with a lookup of the entries live in one read of the state (one consistent snapshot). */
+  readonly withLive: <B, E, R>(
+    f: (live: (key: string) => Entry<A, P> | undefined) => Effect.Effect<B, E, R>
+  ) => Effect.Effect<B, E, R>
   /** Live entries in registration order. */
   readonly entries: Effect.Effect<ReadonlyArray<Entry<A, P>>>
   /** Registers a hook that runs at every announcement until the Scope closes. */
   readonly addHook: (run: (value: A) => Effect.Effect<void, unknown>) => Effect.Effect<void, never, Scope.Scope>
 }
+
+const liveEntry = <A, P>(state: State<A, P>, key: string): Entry<A, P> | undefined =>
+  Option.getOrUndefined(HashMap.get(state.slots, key))?.entry
+
+const liveSlot = <A, P>(state: State<A, P>, entry: Entry<A, P>): Slot<A, P> | undefined => {
+  const slot = Option.getOrUndefined(HashMap.get(state.slots, entry.key))
+  return slot !== undefined && slot.entry === entry ? slot : undefined
+}
+
+const withSlots = <A, P>(state: State<A, P>, slots: HashMap.HashMap<string, Slot<A, P>>): State<A, P> => ({
+  slots,
+  nextOrder: state.nextOrder,
+  hooks: state.hooks
+})
+
+const settled = Effect.succeed(true)
+const removed = Effect.succeed(false)
 
 /** @internal */
 export const make = <A, P>(events: {
@@ -67,130 +107,106 @@ export const make = <A, P>(events: {
   readonly disposed: (entry: Entry<A, P>) => Effect.Effect<void>
 }): Effect.Effect<LifecycleRegistry<A, P>> =>
   Effect.gen(function*() {
-    // A plain Map read and changed in synchronous steps: each step is atomic (one JS turn), as a
-    // Ref.modify over a HashMap would be, without a persistent map per change (B1).
-    const slots = new Map<string, Slot<A, P>>()
-    // the hooks, replaced (never mutated) by each registration and its release: one JS step each
-    let hooks: ReadonlyArray<Hook<A>> = []
-    let order = 0
+    const state = yield* Ref.make<State<A, P>>({ slots: HashMap.empty(), nextOrder: 0, hooks: [] })
 
-    const unsafeEnter = (key: string, value: A, parent: P): Either.Either<Entry<A, P>, Entry<A, P>> => {
-      const live = slots.get(key)
-      if (live !== undefined) return Either.left(live.entry)
-      const entry: Entry<A, P> = { key, value, parent, order: order++ }
-      slots.set(key, { entry, phase: "entered", detachRequested: false })
-      return Either.right(entry)
-    }
+    const enter = <B, E>({ key, onEntered, onTaken, parentOf, value }: EnterOptions<A, P, B, E>): Effect.Effect<B, E> =>
+      Effect.flatten(Ref.modify(state, (current): [Either.Either<B, E>, State<A, P>] => {
+        const lookup = (other: string) => liveEntry(current, other)
+        const live = lookup(key)
+        if (live !== undefined) return [Either.left(onTaken(live)), current]
+        const entry: Entry<A, P> = { key, value, parent: parentOf(lookup), order: current.nextOrder }
+        const slot: Slot<A, P> = { entry, phase: "entered", detachRequested: false }
+        const slots = HashMap.set(current.slots, key, slot)
+        return [Either.right(onEntered(entry)), { slots, nextOrder: current.nextOrder + 1, hooks: current.hooks }]
+      }))
 
-    const enter = (key: string, value: A, parent: P): Effect.Effect<Entry<A, P>, Entry<A, P>> =>
-      Effect.suspend(() => unsafeEnter(key, value, parent))
+    /**
+     * Removes `entry` if it is live and its disposal event is owed then (announced, REG-05);
+     * deferred while it is announcing (REG-03).
+     */
+    const detach = (entry: Entry<A, P>): Effect.Effect<void> =>
+      Effect.flatten(Ref.modify(state, (current): [Effect.Effect<void>, State<A, P>] => {
+        const live = liveSlot(current, entry)
+        if (live === undefined) return [Effect.void, current]
+        if (live.phase === "announcing") {
+          const slots = HashMap.set(current.slots, entry.key, { ...live, detachRequested: true })
+          return [Effect.void, withSlots(current, slots)]
+        }
+        const owed = live.phase === "announced" ? events.disposed(entry) : Effect.void
+        return [owed, withSlots(current, HashMap.remove(current.slots, entry.key))]
+      }))
 
-    /** Removes the slot of `entry` if it is live; tells whether the disposal event is owed. */
-    const remove = (entry: Entry<A, P>): boolean => {
-      const live = slots.get(entry.key)
-      if (live === undefined || live.entry !== entry) return false
-      slots.delete(entry.key)
-      return live.phase !== "entered"
-    }
-
-    const removeAndEmit = (entry: Entry<A, P>) =>
-      Effect.suspend(() => (remove(entry) ? events.disposed(entry) : Effect.void))
-
-    const setPhase = (entry: Entry<A, P>, from: Phase, to: Phase): Option.Option<Slot<A, P>> => {
-      const live = slots.get(entry.key)
-      if (live === undefined) return Option.none()
-      if (live.entry !== entry || live.phase !== from) return Option.some(live)
-      slots.set(entry.key, { ...live, phase: to })
-      return Option.some(live)
-    }
-
-    /** The end of an announcement: announced, or removed when a detach was requested meanwhile. */
-    const settleNow = (entry: Entry<A, P>): Effect.Effect<void> => {
-      const after = setPhase(entry, "announcing", "announced")
-      return Option.isSome(after) && after.value.detachRequested ? removeAndEmit(entry) : Effect.void
-    }
-
-    const settleAnnounced = (entry: Entry<A, P>) => Effect.suspend(() => settleNow(entry))
+    /**
+     * The end of an announcement: announced, or removed with its disposal event when a detach was
+     * requested meanwhile (REG-03) or when a hook vetoed it.
+     */
+    const settle = (entry: Entry<A, P>, vetoed: boolean): Effect.Effect<boolean> =>
+      Effect.flatten(Ref.modify(state, (current): [Effect.Effect<boolean>, State<A, P>] => {
+        const live = liveSlot(current, entry)
+        if (live === undefined || live.phase !== "announcing") return [removed, current]
+        if (vetoed || live.detachRequested) {
+          const slots = HashMap.remove(current.slots, entry.key)
+          return [Effect.as(events.disposed(entry), false), withSlots(current, slots)]
+        }
+        return [settled, withSlots(current, HashMap.set(current.slots, entry.key, { ...live, phase: "announced" }))]
+      }))
 
     const runHooks = (entry: Entry<A, P>, running: ReadonlyArray<Hook<A>>) =>
       Effect.gen(function*() {
-        let veto: Cause.Cause<unknown> | undefined
         for (const hook of running) {
           const exit = yield* Effect.exit(hook.run(entry.value))
           if (exit._tag === "Failure") {
-            veto = exit.cause
-            break
+            yield* settle(entry, true)
+            return yield* Effect.fail(exit.cause)
           }
         }
-        if (veto === undefined) return yield* settleAnnounced(entry)
-        setPhase(entry, "announcing", "announced")
-        yield* removeAndEmit(entry)
-        return yield* Effect.fail(veto)
+        return yield* settle(entry, false)
       })
 
-    const announceNow = (entry: Entry<A, P>): Effect.Effect<void, Cause.Cause<unknown>> => {
-      const before = setPhase(entry, "entered", "announcing")
-      if (Option.isNone(before) || before.value.entry !== entry) {
-        return Effect.dieMessage(`bug: announce of ${entry.key}, which is not live in this registry`)
-      }
-      if (before.value.phase !== "entered") {
-        return Effect.dieMessage(`bug: ${entry.key} was already announced`)
-      }
-      // without hooks (the usual case) no generator runs (B1); the hooks are read once the
-      // creation event is out, as each hook sees the entry announced
-      return Effect.flatMap(
-        events.announced(entry),
-        () => (hooks.length === 0 ? settleNow(entry) : runHooks(entry, hooks))
-      )
-    }
+    /** Marks the entry announcing (REG-02); the creation event, then the hooks registered then. */
+    const startAnnouncing = (entry: Entry<A, P>) =>
+      Ref.modify(state, (current): [Effect.Effect<boolean, Cause.Cause<unknown>>, State<A, P>] => {
+        const live = liveSlot(current, entry)
+        if (live === undefined) {
+          return [Effect.dieMessage(`bug: announce of ${entry.key}, which is not live in this registry`), current]
+        }
+        if (live.phase !== "entered") return [Effect.dieMessage(`bug: ${entry.key} was already announced`), current]
+        const running = current.hooks
+        const started = Effect.flatMap(
+          events.announced(entry),
+          () => running.length === 0 ? settle(entry, false) : runHooks(entry, running)
+        )
+        return [started, withSlots(current, HashMap.set(current.slots, entry.key, { ...live, phase: "announcing" }))]
+      })
 
     // uninterruptible: a caller that already is (the factory's publication) pays no mask (B1)
-    const announce = (entry: Entry<A, P>): Effect.Effect<void, Cause.Cause<unknown>> =>
+    const announce = (entry: Entry<A, P>): Effect.Effect<boolean, Cause.Cause<unknown>> =>
       Effect.withFiberRuntime((_, status) =>
         RuntimeFlags.interruption(status.runtimeFlags)
-          ? Effect.uninterruptible(Effect.suspend(() => announceNow(entry)))
-          : announceNow(entry)
+          ? Effect.uninterruptible(Effect.flatten(startAnnouncing(entry)))
+          : Effect.flatten(startAnnouncing(entry))
       )
 
-    const detach = (entry: Entry<A, P>): Effect.Effect<void> =>
-      Effect.suspend(() => {
-        const live = slots.get(entry.key)
-        if (live === undefined || live.entry !== entry) return Effect.void
-        if (live.phase === "announcing") {
-          slots.set(entry.key, { ...live, detachRequested: true })
-          return Effect.void
-        }
-        slots.delete(entry.key)
-        return live.phase === "announced" ? events.disposed(entry) : Effect.void
-      })
-
-    const unsafeGet = (key: string): Entry<A, P> | undefined => slots.get(key)?.entry
-
     const get = (key: string): Effect.Effect<Option.Option<Entry<A, P>>> =>
-      Effect.sync(() => Option.fromNullable(unsafeGet(key)))
+      Effect.map(Ref.get(state), (current) => Option.map(HashMap.get(current.slots, key), (slot) => slot.entry))
 
-    const unsafeIsLive = (entry: Entry<A, P>): boolean => slots.get(entry.key)?.entry === entry
+    const withLive = <B, E, R>(f: (live: (key: string) => Entry<A, P> | undefined) => Effect.Effect<B, E, R>) =>
+      Effect.flatMap(Ref.get(state), (current) => f((key) => liveEntry(current, key)))
 
-    const isLive = (entry: Entry<A, P>): Effect.Effect<boolean> => Effect.sync(() => unsafeIsLive(entry))
-
-    const entries = Effect.sync(() => {
+    const entries = Effect.map(Ref.get(state), (current) => {
       const out: Array<Entry<A, P>> = []
-      for (const slot of slots.values()) out.push(slot.entry)
+      for (const slot of HashMap.values(current.slots)) out.push(slot.entry)
       return out.sort((a, b) => a.order - b.order)
     })
 
     const addHook = (run: (value: A) => Effect.Effect<void, unknown>) =>
       Effect.acquireRelease(
-        Effect.sync((): Hook<A> => {
+        Ref.modify(state, (current): [Hook<A>, State<A, P>] => {
           const hook: Hook<A> = { run }
-          hooks = [...hooks, hook]
-          return hook
+          return [hook, { ...current, hooks: [...current.hooks, hook] }]
         }),
-        (hook) =>
-          Effect.sync(() => {
-            hooks = hooks.filter((h) => h !== hook)
-          })
+        (hook) => Ref.update(state, (current) => ({ ...current, hooks: current.hooks.filter((h) => h !== hook) }))
       ).pipe(Effect.asVoid)
 
-    return { enter, announce, detach, get, unsafeGet, unsafeEnter, isLive, unsafeIsLive, entries, addHook }
+    return { enter, announce, detach, get, withLive, entries, addHook }
   })

@@ -1,7 +1,13 @@
 /**
- * A `Semaphore(1)` for hot paths: held by one fiber at a time, handed to the longest waiter on
- * release, made of a flag and a line of `Deferred`s. Entering it when it is free costs a few Effect
- * operations instead of the thirty of `withPermits(1)` (B1, B3).
+ * The library's critical sections (CORE-05), behind one `Semaphore`-shaped interface with the three
+ * ways the library enters them.
+ *
+ * - `make`: an Effect `Semaphore` with one permit. The registry-wide critical section (PUB-04 step 4),
+ *   the driver's state (its `SynchronizedRef`-shaped `modifyPhase`) and the SQL writer use it.
+ * - `makeLight`: the same contract made of a flag and a line of `Deferred`s, for each inbox (INB-02)
+ *   only. Entering a free `Semaphore` costs ≈27 Effect operations more; an inject takes the inbox's
+ *   and the driver's lock, a turn several of each, and with a `Semaphore` in both an inject ran 100
+ *   operations (gate ≤ 80) and a turn 808 (gate ≤ 800). With the inbox on this lock: 70 and 748.
  *
  * @internal
  */
@@ -29,10 +35,36 @@ export interface Lock {
   readonly withLockFromMask: <A, E, R>(self: Effect.Effect<A, E, R>, restoreWait: Restore) => Effect.Effect<A, E, R>
 }
 
+/**
+ * A lock on an Effect `Semaphore(1)` (CORE-05).
+ *
+ * @internal
+ */
+export const make = (): Lock => {
+  const semaphore = Effect.unsafeMakeSemaphore(1)
+  const withPermit = semaphore.withPermits(1)
+  const take = semaphore.take(1)
+  const release = semaphore.release(1)
+  return {
+    withLock: withPermit,
+    // the wait keeps the caller's interruptibility, the body cannot be cut off
+    withLockUninterruptibly: (self) => withPermit(Effect.uninterruptible(self)),
+    // `withPermits` here would make the wait uninterruptible (its mask restores the caller's), and
+    // wrapping it in `restoreWait` would let an interruption land after the body, losing its
+    // result: the permit is taken under `restoreWait` and released on every exit of the body.
+    withLockFromMask: (self, restoreWait) => Effect.flatMap(restoreWait(take), () => Effect.ensuring(self, release))
+  }
+}
+
 const identity: Restore = (effect) => effect
 
-/** @internal */
-export const make = (): Lock => {
+/**
+ * The light lock (see the module's comment for the gates that keep it): held by one fiber at a
+ * time, handed to the longest waiter on release; a few operations to enter when free.
+ *
+ * @internal
+ */
+export const makeLight = (): Lock => {
   let held = false
   const waiting: Array<Deferred.Deferred<void>> = []
   const release = (): void => {
