@@ -153,10 +153,21 @@ export class InvalidAgentOptions extends Schema.TaggedError<InvalidAgentOptions>
  */
 export class AgentBusy extends Schema.TaggedError<AgentBusy>("effect-agent/AgentBusy")(
   "AgentBusy",
-  { id: Schema.String }
+  {
+    id: Schema.String,
+    /**
+     * What it is busy with, when it is not the default (maintenance runs only while the agent is
+     * idle): e.g. an inbox `onChange` observer writing to its own inbox (CORE-07).
+     *
+     * @since 0.2.0
+     */
+    reason: Schema.optional(Schema.String)
+  }
 ) {
   override get message(): string {
-    return `agent ${JSON.stringify(this.id)} is busy; maintenance runs only while it is idle (await whenIdle first)`
+    return this.reason !== undefined
+      ? `${JSON.stringify(this.id)} is busy: ${this.reason}`
+      : `agent ${JSON.stringify(this.id)} is busy; maintenance runs only while it is idle (await whenIdle first)`
   }
 }
 

@@ -45,6 +45,7 @@ import * as codec from "./internal/eventCodec.js"
 import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
+import * as fiberModule from "./internal/fiber.js"
 import * as finalizer from "./internal/finalizer.js"
 import * as lock from "./internal/lock.js"
 import * as internalHooks from "./internal/hooks.js"
@@ -227,6 +228,8 @@ export const make: Effect.Effect<
   const globalTools = yield* Effect.serviceOption(Tool.ToolRegistry)
   const globalHooks = yield* Effect.serviceOption(Tool.LoopHooks)
   const runtime = yield* Effect.runtime<never>()
+  // what every background fiber starts with: the factory's FiberRefs, never a caller's (§6.3, CORE-01)
+  const backgroundRefs = fiberModule.isolatedRefs(runtime, [currentInitiatorRef, publishingRef, inCommitRef, ownRef])
   const teardownRuntime = Runtime.disableRuntimeFlag(runtime, RuntimeFlags.Interruption)
   // the registry-wide critical section of PUB step 4: entered from the transaction's uninterruptible
   // region; only the wait for it is interruptible (PUB-06), by the transaction's restore
@@ -380,7 +383,9 @@ export const make: Effect.Effect<
       const inboxOptions: internalInbox.InboxOptions = {
         onChange(change) {
           return emit(inboxEvent(build.id, change))
-        }
+        },
+        // publication only: it never writes to the inbox (CORE-07's guard is for users' observers)
+        trustedObserver: true
       }
       const finish = (inbox: internalInbox.InboxInternal) => {
         // the agent's own tool and hook registries are built on first use (B1, B2)
@@ -409,7 +414,9 @@ export const make: Effect.Effect<
           agent() {
             return agent!
           },
-          runtime,
+          forkDrain(drain) {
+            return fiberModule.forkIn(drain, build.sessionScope, backgroundRefs)
+          },
           storedRoute: route,
           publishing: publishingRef
         })
