@@ -266,6 +266,25 @@ export class AgentDisposeError extends Schema.TaggedError<AgentDisposeError>("ef
 }
 
 /**
+ * An agent's teardown did not finish within the AgentLoop's `teardownTimeout` (CORE-06): a durable
+ * write stalls (a disk or database that never answers). The owners were released and the agent left
+ * the registry; its session stays locked until the stalled write settles, then resuming it works
+ * (with repair).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class TeardownTimeout extends Schema.TaggedError<TeardownTimeout>("effect-agent/TeardownTimeout")(
+  "TeardownTimeout",
+  { id: Schema.String, timeoutMillis: Schema.Number }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)}: its teardown did not finish within ${this.timeoutMillis} ms (a durable ` +
+      "write is stalled); it was released, but its session stays locked until that write settles: resume it then"
+  }
+}
+
+/**
  * A model call failed.
  *
  * @since 0.1.0

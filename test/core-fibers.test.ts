@@ -4,16 +4,39 @@
  * hang (CORE-07).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Clock, Deferred, Effect, Either, Exit, FiberRef, Option, Schema, Scope } from "effect"
+import type { Array as Arr } from "effect"
+import {
+  Cause,
+  Clock,
+  Context,
+  Deferred,
+  Effect,
+  Either,
+  Exit,
+  Fiber,
+  FiberRef,
+  Layer,
+  Option,
+  Schema,
+  Scope,
+  TestClock
+} from "effect"
 import * as AgentError from "../src/AgentError.js"
 import * as AgentLoop from "../src/AgentLoop.js"
 import type { AgentPublisher } from "../src/AgentRegistry.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
+import * as AgentRegistryModule from "../src/AgentRegistry.js"
 import * as Inbox from "../src/Inbox.js"
 import * as internalRegistry from "../src/internal/agentRegistry.js"
 import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import * as Session from "../src/Session.js"
+import * as SessionError from "../src/SessionError.js"
+import { SessionPersistence } from "../src/SessionPersistence.js"
+import * as SessionPersistenceModule from "../src/SessionPersistence.js"
+import { SessionStore } from "../src/SessionStore.js"
+import * as SessionStoreModule from "../src/SessionStore.js"
+import type { SessionEvent } from "../src/SessionEvent.js"
 import * as Tool from "../src/Tool.js"
 import { makeRuntime, route } from "./fixtures/runtime.js"
 import { recordingWriter } from "./fixtures/writers.js"
@@ -201,5 +224,121 @@ describe("CORE-07 self-deadlocks never hang", () => {
       // after the observer returned, the inbox takes writes again
       yield* inbox.append("next-turn", Message.user("later", { id: "m3" }))
       assert.deepStrictEqual((yield* inbox.nextTurn).map((m) => m.id), ["m1", "m3"])
+    }))
+})
+
+/**
+ * A runtime whose persistence stalls the first batch holding a `request/config` (the model request
+ * of a turn) until `gate` opens; `released` completes when a writer of it was released. The
+ * AgentLoop has `teardownTimeout` of 5 seconds.
+ */
+const stallingRuntime = Effect.gen(function*() {
+  const storage = yield* SessionPersistenceModule.makeMemoryStorage
+  const model = yield* Model.scripted([Model.text("hello"), Model.text("again")])
+  const gate = yield* Deferred.make<void>()
+  const reached = yield* Deferred.make<void>()
+  const released = yield* Deferred.make<void>()
+  const persistence = Layer.effect(
+    SessionPersistence,
+    Effect.map(SessionPersistence, (inner) =>
+      SessionPersistence.of({
+        ...inner,
+        // added before the writer is acquired, so it runs after the writer's release
+        create: (header) =>
+          Effect.zipRight(
+            Effect.addFinalizer(() => Deferred.succeed(released, undefined)),
+            Effect.map(inner.create(header), (writer) => ({
+              ...writer,
+              append: (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
+                events.some((event) => event.type === "request/config")
+                  ? Deferred.succeed(reached, undefined).pipe(
+                    Effect.zipRight(Deferred.await(gate)),
+                    Effect.zipRight(writer.append(events))
+                  )
+                  : writer.append(events)
+            }))
+          )
+      }))
+  ).pipe(Layer.provide(SessionPersistenceModule.layerMemory(storage)))
+  const services = AgentLoop.layerWith({ teardownTimeout: "5 seconds" }).pipe(
+    Layer.provideMerge(
+      Layer.mergeAll(AgentRegistryModule.layer, SessionStoreModule.layer, Tool.layerGlobal, Tool.layerGlobalHooks)
+    ),
+    Layer.provideMerge(persistence),
+    Layer.provide(model.layer)
+  )
+  const scope = yield* Scope.make()
+  yield* Effect.addFinalizer(() => Deferred.succeed(gate, undefined))
+  const context = yield* Layer.buildWithScope(services, scope)
+  return {
+    storage,
+    context,
+    close: Scope.close(scope, Exit.void),
+    reached: Deferred.await(reached),
+    open: Deferred.succeed(gate, undefined),
+    released: Deferred.await(released)
+  }
+})
+
+/** Waits (yielding, never sleeping) until some fiber sleeps on the TestClock: the teardown's timer. */
+const timerStarted = Effect.gen(function*() {
+  while ((yield* TestClock.sleeps()).length === 0) yield* Effect.yieldNow()
+})
+
+describe("CORE-06 bounded teardown", () => {
+  it.scoped(
+    "CORE-06 a stalled write cannot hang dispose or the owner's close: after teardownTimeout AgentDisposeError{TeardownTimeout}, the entry is gone, the session stays locked until the write settles, then resumes",
+    () =>
+      Effect.gen(function*() {
+        const rt = yield* stallingRuntime
+        const registry = Context.get(rt.context, AgentRegistry)
+        const store = Context.get(rt.context, SessionStore)
+        const owner = yield* Scope.make()
+        const handle = yield* Scope.extend(registry.create({ sessionId: "a", options: route }), owner)
+        yield* handle.agent.followup(Message.user("go", { id: "m1" }))
+        yield* rt.reached
+        const disposing = yield* Effect.fork(Effect.flip(handle.dispose))
+        const closingOwner = yield* Effect.fork(Scope.close(owner, Exit.void))
+        yield* timerStarted
+        yield* TestClock.adjust("4 seconds")
+        assert.isTrue(Option.isNone(yield* Fiber.poll(disposing)), "the teardown is awaited until its timeout")
+        yield* TestClock.adjust("1 second")
+        const error = yield* Fiber.join(disposing)
+        yield* Fiber.join(closingOwner)
+        assert.instanceOf(error, AgentError.AgentDisposeError)
+        assert.instanceOf(error.cause, AgentError.TeardownTimeout)
+        if (error.cause instanceof AgentError.TeardownTimeout) assert.strictEqual(error.cause.timeoutMillis, 5000)
+        assert.isTrue(Option.isNone(yield* registry.get("a")), "the agent left the registry")
+        assert.isTrue(Option.isNone(yield* store.get("a")), "the session left the store")
+        // PERS-01: the writer is still held while the stalled write may land
+        const locked = yield* Effect.flip(registry.resume({ sessionId: "a" }))
+        assert.instanceOf(locked, SessionError.SessionLocked)
+        // the write settles: the teardown goes on and releases the writer; the session resumes
+        yield* rt.open
+        yield* rt.released
+        const resumed = yield* registry.resume({ sessionId: "a" })
+        const events = yield* resumed.agent.session.events
+        const last = events[events.length - 1]
+        assert.strictEqual(last?.type, "turn/end")
+        assert.deepStrictEqual(last?.data, { turn: 1, reason: { kind: "aborted", cause: { kind: "disposed" } } })
+        yield* resumed.dispose
+      }).pipe(Effect.provide(Layer.empty))
+  )
+
+  it.scoped("CORE-06 a stalled write cannot hang the runtime's release; the session stays locked meanwhile", () =>
+    Effect.gen(function*() {
+      const rt = yield* stallingRuntime
+      const registry = Context.get(rt.context, AgentRegistry)
+      const handle = yield* registry.create({ sessionId: "b", options: route })
+      yield* handle.agent.followup(Message.user("go", { id: "m1" }))
+      yield* rt.reached
+      const closing = yield* Effect.fork(rt.close)
+      yield* timerStarted
+      yield* TestClock.adjust("5 seconds")
+      yield* Fiber.join(closing)
+      // another runtime over the same storage finds the session locked
+      const persistence = yield* Effect.provide(SessionPersistence, SessionPersistenceModule.layerMemory(rt.storage))
+      const reopened = yield* Effect.flip(Effect.scoped(persistence.openWrite("b" as Message.SessionId)))
+      assert.instanceOf(reopened, SessionError.SessionLocked)
     }))
 })

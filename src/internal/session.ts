@@ -40,6 +40,12 @@ export interface SessionCore {
   readonly log: () => ReadonlyArray<SessionEvent>
   /** Marks the session closed and stops its writer fiber after what was queued. */
   readonly close: Effect.Effect<void>
+  /**
+   * CORE-06: gives up on a write that stalls (the runtime is released after a teardown timed out).
+   * Every caller waiting for the writer, and every later one, fails `PersistenceError` now; the
+   * writer fiber finishes that write on its own, answering nobody, and its writer stays held.
+   */
+  readonly abandon: (reason: string) => void
 }
 
 const cores = new WeakMap<Session, SessionCore>()
@@ -158,6 +164,8 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     let writerEnd: Exit.Exit<never, SessionError.SessionAppendError> | undefined
     /** The batch the writer took and has not answered yet: failed with the cause if the writer dies. */
     let taken: ReadonlyArray<Request> | undefined
+    /** Set by `abandon`: the writer answers nobody any more. */
+    let isAbandoned = false
     /**
      * The next batch: the requests made since the writer last took one. A request joins it until
      * the writer takes it, so everything made meanwhile — in particular while a write is in flight —
@@ -226,6 +234,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
             Effect.suspend(() => writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)),
             {
               onFailure: (cause) => {
+                if (isAbandoned) return Effect.void
                 // DUR-04 inside a session: a batch of several callers refused for its content (an
                 // event over maxEventBytes, the session over maxSessionBytes) stored nothing, so it
                 // is written again caller by caller, and only the refused caller's append fails.
@@ -234,7 +243,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
                 for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
                 return then()
               },
-              onSuccess: () => commit(batch, stamped, then)
+              onSuccess: () => (isAbandoned ? Effect.void : commit(batch, stamped, then))
             }
           )
         }
@@ -294,16 +303,21 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
        * that cause (a defect) or `SessionClosed`: none waits forever (CORE-01).
        */
       writerEnded(exit: Exit.Exit<void>): void {
-        const failed: Exit.Exit<never, SessionError.SessionAppendError> =
+        w.failPending(
           Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)
             ? Exit.failCause(exit.cause)
             : Exit.fail(new SessionError.SessionClosed({ id }))
-        writerEnd = failed
+        )
+      },
+
+      /** Fails every caller not answered yet, and every later one, with `failed`. */
+      failPending(failed: Exit.Exit<never, SessionError.SessionAppendError>): void {
+        writerEnd ??= failed
         wake = undefined
         const pending = [...(taken ?? []), ...(open ?? [])]
         taken = undefined
         open = undefined
-        for (const request of pending) request.resume(failed)
+        for (const request of pending) request.resume(writerEnd)
       },
 
       /** `self` after the writer fiber was started (the first append starts it). */
@@ -427,7 +441,11 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
       log() {
         return log
       },
-      close
+      close,
+      abandon(reason) {
+        isAbandoned = true
+        w.failPending(Exit.fail(new SessionError.PersistenceError({ reason })))
+      }
     })
     return Effect.as(Scope.addFinalizer(scope, close), session)
   })
