@@ -372,7 +372,9 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
     inOrder.push(releaseWriter(build, failures))
     return Effect.flatMap(Scope.make(ExecutionStrategy.sequential), (lifecycle) => {
       let added: Effect.Effect<void> = Effect.void
-      for (let i = inOrder.length - 1; i >= 0; i--) added = Effect.zipRight(added, Scope.addFinalizer(lifecycle, inOrder[i]!))
+      for (let i = inOrder.length - 1; i >= 0; i--) {
+        added = Effect.zipRight(added, Scope.addFinalizer(lifecycle, inOrder[i]!))
+      }
       return Effect.as(added, lifecycle)
     })
   }
@@ -386,7 +388,10 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
     // LIFE-03: every failure is kept, in order, in one Cause
     const failed = failures.length === 0
       ? undefined
-      : new AgentError.AgentDisposeError({ id: build.id, cause: failures.reduce((acc, next) => Cause.sequential(acc, next)) })
+      : new AgentError.AgentDisposeError({
+        id: build.id,
+        cause: failures.reduce((acc, next) => Cause.sequential(acc, next))
+      })
     if (Exit.isFailure(closed)) {
       // a step that died (a bug, or a publisher that dies) is every owner's outcome too
       return failed === undefined ? closed : Exit.failCause(Cause.sequential(closed.cause, Cause.fail(failed)))
@@ -407,7 +412,10 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
     Effect.suspend(() => {
       const failures: Array<Cause.Cause<unknown>> = []
       const closeLifecycle = Effect.suspend(() =>
-        Effect.flatMap(lifecycleOf(build, publisher, failures), (lifecycle) => Effect.exit(Scope.close(lifecycle, Exit.void)))
+        Effect.flatMap(
+          lifecycleOf(build, publisher, failures),
+          (lifecycle) => Effect.exit(Scope.close(lifecycle, Exit.void))
+        )
       )
       return Effect.flatMap(Effect.exit(Effect.zipRight(awaitCreation(build), closeLifecycle)), (result) => {
         // LIFE-01's last step: the factory's bookkeeping
@@ -430,12 +438,16 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
       if (build.outcome !== undefined) return Effect.void
       timedOut.add(build)
       live.delete(build)
-      const timeout = new AgentError.TeardownTimeout({ id: build.id, timeoutMillis: Duration.toMillis(teardownTimeout) })
+      const timeout = new AgentError.TeardownTimeout({
+        id: build.id,
+        timeoutMillis: Duration.toMillis(teardownTimeout)
+      })
+      const released = new AgentError.AgentDisposeError({ id: build.id, cause: timeout })
       return Effect.zipRight(
         Effect.zipRight(detachAgent(build, publisher), detachSession(build)),
         Effect.zipRight(
           Effect.logWarning(timeout.message),
-          Effect.sync(() => settleOutcome(build, Exit.fail(new AgentError.AgentDisposeError({ id: build.id, cause: timeout }))))
+          Effect.sync(() => settleOutcome(build, Exit.fail(released)))
         )
       )
     })

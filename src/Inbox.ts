@@ -71,7 +71,8 @@ export interface Inbox {
  * `header.seedLength`, validating every splice like a live one (INB-05); an invalid one fails
  * `InvalidInboxLog` and nothing is repaired. Every later change is written to the session before it
  * changes the lists, under one lock (INB-01b, INB-02); `options.onChange` sees each change in
- * order, while that lock is held.
+ * order, while that lock is held. A write to the same inbox from the observer (or from a fiber it
+ * awaits) would wait for that lock, held by itself: it fails `AgentBusy` instead (CORE-07).
  *
  * @example
  * ```ts

@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import { Context, Effect, FiberId, FiberRef, FiberRefs, FiberSet, Tracer } from "effect"
+import { Context, Effect, FiberId, FiberRef, FiberRefs, Tracer } from "effect"
 import type { Fiber, Runtime, Scope } from "effect"
 
 /**
@@ -31,7 +31,11 @@ export const isolatedRefs = (
   })
 }
 
-/** `effect`, running with `refs` (forked for the running fiber) instead of the FiberRefs it inherited. */
+/**
+ * `effect`, running with `refs` (forked for the running fiber) instead of the FiberRefs it inherited.
+ *
+ * @internal
+ */
 export const withRefs = <A, E, R>(refs: FiberRefs.FiberRefs, effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.zipRight(Effect.updateFiberRefs((fiberId) => FiberRefs.forkAs(refs, fiberId)), effect)
 
@@ -47,15 +51,3 @@ export const forkIn = <A, E>(
   scope: Scope.Scope,
   refs: FiberRefs.FiberRefs
 ): Effect.Effect<Fiber.RuntimeFiber<A, E>> => Effect.forkIn(withRefs(refs, effect), scope)
-
-/**
- * Runs `effect` in a fiber of `set` (CORE-01) with `refs` instead of the caller's FiberRefs.
- *
- * @internal
- */
-export const runIn = <A, E>(
-  set: FiberSet.FiberSet<unknown, unknown>,
-  effect: Effect.Effect<A, E>,
-  refs: FiberRefs.FiberRefs
-): Effect.Effect<Fiber.RuntimeFiber<A, E>> => FiberSet.run(set, withRefs(refs, effect))
-

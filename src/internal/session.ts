@@ -63,7 +63,9 @@ interface Input {
   readonly data: unknown
 }
 
-type AppendExit<A> = Exit.Exit<A, SessionError.SessionAppendError>
+type AppendError = SessionError.SessionAppendError
+
+type AppendExit<A> = Exit.Exit<A, AppendError>
 
 /**
  * One caller waiting in a batch: `append` (one event, resolves with it) or `appendAll`/`appendCore`
@@ -361,7 +363,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
       appendAll(
         events: Arr.NonEmptyReadonlyArray<CustomEventInput>
       ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>((resume) => {
+        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
           if (!Array.isArray(events) || events.length === 0) {
             return resume(
               Exit.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
@@ -380,7 +382,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
       appendCore(
         events: Arr.NonEmptyReadonlyArray<CoreEventInput>
       ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>((resume) => {
+        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
           // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
           const inputs: Array<Input> = []
           for (let i = 0; i < events.length; i++) {
