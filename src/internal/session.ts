@@ -211,12 +211,10 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
         // fiber to yield before any operation): a request or a close made meanwhile found no
         // `wake` to call, so the registration looks again before it waits. Only this wait is
         // interruptible (the Scope closing while nothing waits to be written); a write never is.
+        // (No canceler: an interrupted writer's `wake` is cleared when it ends, `writerEnded`.)
         const waitForWork = Effect.interruptible(Effect.async<void>((resume) => {
           if (open !== undefined || isClosed) return resume(resumeWriter)
           wake = resume
-          return Effect.sync(() => {
-            if (wake === resume) wake = undefined
-          })
         }))
 
         const writeBatch = (batch: ReadonlyArray<Request>, then: () => Effect.Effect<void> = next): Effect.Effect<void> => {
