@@ -1,8 +1,8 @@
 /**
  * The driver: one state machine (`Idle | Maintenance | Running`) changed under one lock (as a
- * SynchronizedRef would be, `modifyPhase`), its work in
- * fibers forked from a runtime captured when the agent was built, cancellation as interruption plus
- * a set-once cause, and the turn/step loop (SPEC §8).
+ * SynchronizedRef would be, `modifyPhase`); its activities requested under that lock and started by
+ * one drain fiber that takes wake-ups from a `Queue` (CORE-04) and observes how each ends (CORE-01);
+ * cancellation as interruption plus a set-once cause, and the turn/step loop (SPEC §8).
  *
  * @internal
  */
