@@ -153,10 +153,21 @@ export class InvalidAgentOptions extends Schema.TaggedError<InvalidAgentOptions>
  */
 export class AgentBusy extends Schema.TaggedError<AgentBusy>("effect-agent/AgentBusy")(
   "AgentBusy",
-  { id: Schema.String }
+  {
+    id: Schema.String,
+    /**
+     * What it is busy with, when it is not the default (maintenance runs only while the agent is
+     * idle): e.g. an inbox `onChange` observer writing to its own inbox (CORE-07).
+     *
+     * @since 0.2.0
+     */
+    reason: Schema.optional(Schema.String)
+  }
 ) {
   override get message(): string {
-    return `agent ${JSON.stringify(this.id)} is busy; maintenance runs only while it is idle (await whenIdle first)`
+    return this.reason !== undefined
+      ? `${JSON.stringify(this.id)} is busy: ${this.reason}`
+      : `agent ${JSON.stringify(this.id)} is busy; maintenance runs only while it is idle (await whenIdle first)`
   }
 }
 
@@ -251,6 +262,25 @@ export class AgentDisposeError extends Schema.TaggedError<AgentDisposeError>("ef
 ) {
   override get message(): string {
     return `agent ${JSON.stringify(this.id)} was torn down, but some steps failed; see the cause`
+  }
+}
+
+/**
+ * An agent's teardown did not finish within the AgentLoop's `teardownTimeout` (CORE-06): a durable
+ * write stalls (a disk or database that never answers). The owners were released and the agent left
+ * the registry; its session stays locked until the stalled write settles, then resuming it works
+ * (with repair).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class TeardownTimeout extends Schema.TaggedError<TeardownTimeout>("effect-agent/TeardownTimeout")(
+  "TeardownTimeout",
+  { id: Schema.String, timeoutMillis: Schema.Number }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)}: its teardown did not finish within ${this.timeoutMillis} ms (a durable ` +
+      "write is stalled); it was released, but its session stays locked until that write settles: resume it then"
   }
 }
 

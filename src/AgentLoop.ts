@@ -10,6 +10,7 @@ import {
   Context,
   Data,
   Deferred,
+  Duration,
   Effect,
   Either,
   ExecutionStrategy,
@@ -18,10 +19,9 @@ import {
   FiberId,
   FiberRef,
   FiberRefs,
+  FiberSet,
   Layer,
   Option,
-  Runtime,
-  RuntimeFlags,
   Scope,
   Stream
 } from "effect"
@@ -45,6 +45,7 @@ import * as codec from "./internal/eventCodec.js"
 import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
+import * as fiberModule from "./internal/fiber.js"
 import * as internalOptions from "./internal/options.js"
 import * as finalizer from "./internal/finalizer.js"
 import * as lock from "./internal/lock.js"
@@ -173,6 +174,8 @@ interface Build {
   /** Both entries were entered: from here the creation completes (PUB-06). */
   entered: boolean
   started: boolean
+  /** The factory closed after the teardown timed out: it keeps the writer (CORE-06). */
+  isAbandoned: boolean
   writer: SessionWriter | undefined
   createMode: boolean
   driver: Driver.Driver | undefined
@@ -199,6 +202,22 @@ const hooksOf = (build: Build): internalHooks.LoopHooksInstance =>
   build.hooks ??= internalHooks.makeLoopHooks({ isActive: isActiveOf(build), id: build.id })
 
 /**
+ * Options of the AgentLoop layer ({@link layerWith}).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface AgentLoopOptions {
+  /**
+   * How long a teardown (`dispose`, an owner Scope closing, the layer's release) may take before its
+   * owners are released with `AgentDisposeError{cause: TeardownTimeout}` (CORE-06): a persistence
+   * whose write stalls forever cannot hang them. The agent leaves the registry then; its session
+   * stays locked until the stalled write settles. Default 30 seconds.
+   */
+  readonly teardownTimeout?: Duration.DurationInput | undefined
+}
+
+/**
  * @since 0.1.0
  * @category constructors
  */
@@ -206,7 +225,20 @@ export const make: Effect.Effect<
   AgentFactory,
   AgentError.FactoryAlreadySet,
   AgentRegistry | SessionStore | Model | Scope.Scope
-> = Effect.gen(function*() {
+> = Effect.suspend(() => makeWith({}))
+
+/**
+ * `make` with options.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const makeWith = (options: AgentLoopOptions): Effect.Effect<
+  AgentFactory,
+  AgentError.FactoryAlreadySet,
+  AgentRegistry | SessionStore | Model | Scope.Scope
+> => Effect.gen(function*() {
+  const teardownTimeout = Duration.decode(options.teardownTimeout ?? Duration.seconds(30))
   const registry = yield* AgentRegistry
   const store = yield* SessionStore
   const model = yield* Model
@@ -214,7 +246,8 @@ export const make: Effect.Effect<
   const globalTools = yield* Effect.serviceOption(Tool.ToolRegistry)
   const globalHooks = yield* Effect.serviceOption(Tool.LoopHooks)
   const runtime = yield* Effect.runtime<never>()
-  const teardownRuntime = Runtime.disableRuntimeFlag(runtime, RuntimeFlags.Interruption)
+  // what every background fiber starts with: the factory's FiberRefs, never a caller's (§6.3, CORE-01)
+  const backgroundRefs = fiberModule.isolatedRefs(runtime, [currentInitiatorRef, publishingRef, inCommitRef, ownRef])
   // the registry-wide critical section of PUB step 4: entered from the transaction's uninterruptible
   // region; only the wait for it is interruptible (PUB-06), by the transaction's restore
   const critical = lock.make()
@@ -224,7 +257,12 @@ export const make: Effect.Effect<
   let drained: Deferred.Deferred<void> | undefined = undefined
   let active = true
   const live = new Set<Build>()
-  const teardownFibers = new Set<Fiber.RuntimeFiber<unknown, unknown>>()
+  /** The teardowns (and their watcher), owned by the factory's Scope (CORE-01). */
+  const teardowns = yield* FiberSet.make<unknown, unknown>()
+  const runInTeardowns = yield* FiberSet.runtime(teardowns)<never>()
+  const clock = yield* Effect.clock
+  /** Teardowns that timed out and still run (CORE-06). */
+  const timedOut = new Set<Build>()
 
   // ---------------------------------------------------------------------------------------------
   // teardown (LIFE-01..06)
@@ -240,51 +278,235 @@ export const make: Effect.Effect<
   const inactive = (build: Build): Abort =>
     new AgentError.AgentCreationVetoed({ id: build.id, cause: new AgentError.AgentInactive({ id: build.id }) })
 
-  const teardownSteps = (build: Build, publisher: AgentPublisher) =>
-    Effect.gen(function*() {
-      // A creation still in flight is stopped if it has not entered yet, and awaited either way:
-      // the teardown never runs beside a creation of the same agent (PUB-06, FAC-04). Its setup is
-      // interrupted at once; the library's own steps before it finish and are then rolled back.
-      if (!build.isSettled) {
-        // made before anything yields, so the attempt settling meanwhile completes it
-        const settled = build.settled ??= Deferred.unsafeMake<void>(FiberId.none)
-        yield* abortCreation(build, inactive(build))
-        yield* Deferred.await(settled)
+  /**
+   * A creation still in flight is stopped if it has not entered yet, and awaited either way: the
+   * teardown never runs beside a creation of the same agent (PUB-06, FAC-04). Its setup is
+   * interrupted at once; the library's own steps before it finish and are then rolled back.
+   */
+  const awaitCreation = (build: Build): Effect.Effect<void> => {
+    if (build.isSettled) return Effect.void
+    // made before anything yields, so the attempt settling meanwhile completes it
+    const settled = build.settled ??= Deferred.unsafeMake<void>(FiberId.none)
+    return Effect.zipRight(abortCreation(build, inactive(build)), Deferred.await(settled))
+  }
+
+  /** A step whose failure is kept for the `AgentDisposeError` (LIFE-03) instead of failing its finalizer. */
+  const recorded = (failures: Array<Cause.Cause<unknown>>, step: Effect.Effect<void, unknown>): Effect.Effect<void> =>
+    Effect.catchAllCause(step, (cause) =>
+      Effect.sync(() => {
+        failures.push(cause)
+      }))
+
+  /**
+   * LIFE-01 step 1: stop the driver with `disposed` (keep-inbox) and wait until its activity
+   * converged. The wait is the one interruptible point of a teardown: only the factory's FiberSet
+   * interrupts it, when the runtime is released after the teardown timed out (CORE-06).
+   */
+  const stopDriver = (driver: Driver.Driver, failures: Array<Cause.Cause<unknown>>) =>
+    recorded(failures, Effect.interruptible(driver.stop))
+
+  /** LIFE-01 step 2: setup's resources and child agents are released. */
+  const closeAgentScope = (agentScope: Scope.CloseableScope, failures: Array<Cause.Cause<unknown>>) =>
+    recorded(failures, Scope.close(agentScope, Exit.void))
+
+  /** LIFE-01 step 3: the agent leaves the registry (`AgentDisposed` if announced); its feed ends. Idempotent. */
+  const detachAgent = (build: Build, publisher: AgentPublisher): Effect.Effect<void> => {
+    const detached = build.agentEntry === undefined ? Effect.void : publisher.detach(build.agentEntry)
+    // the last event and the end in one operation; nothing is built when nobody listens (B1)
+    const feed = build.feed
+    return feed === undefined
+      ? detached
+      : Effect.zipRight(detached, feed.endWith(() => AgentEvent.AgentDisposed({ agent: build.id })))
+  }
+
+  /** LIFE-01 step 4: the session leaves the store (`SessionDisposed` if announced). Idempotent. */
+  const detachSession = (build: Build): Effect.Effect<void> =>
+    build.sessionEntry === undefined ? Effect.void : build.sessionEntry.detach
+
+  /**
+   * LIFE-01 step 5: an unpublished new session is discarded, and the session Scope closed: the
+   * session is closed and its writer released (SES-04). A teardown abandoned after its timeout
+   * (CORE-06) keeps the writer: its stalled write may still land, so nobody else may write.
+   */
+  const releaseWriter = (build: Build, failures: Array<Cause.Cause<unknown>>) =>
+    Effect.suspend(() => {
+      if (build.isAbandoned) {
+        return Effect.logWarning(`agent ${build.id}: teardown abandoned after its timeout; the session stays locked`)
       }
-      const failures: Array<Cause.Cause<unknown>> = []
-      if (build.driver !== undefined) {
-        const stopped = yield* Effect.exit(build.driver.stop)
-        if (Exit.isFailure(stopped)) failures.push(stopped.cause)
-      }
-      const agentScope = build.agentScope
-      build.isAgentScopeClosed = true
-      if (agentScope !== undefined) {
-        const agentScopeClosed = yield* Effect.exit(Scope.close(agentScope, Exit.void))
-        if (Exit.isFailure(agentScopeClosed)) failures.push(agentScopeClosed.cause)
-      }
-      if (build.agentEntry !== undefined) yield* publisher.detach(build.agentEntry)
-      if (build.feed !== undefined) {
-        // the last event and the end in one operation; nothing is built when nobody listens (B1)
-        yield* build.feed.endWith(() => AgentEvent.AgentDisposed({ agent: build.id }))
-      }
-      if (build.sessionEntry !== undefined) yield* build.sessionEntry.detach
-      if (build.createMode && !build.published && build.writer !== undefined) {
-        const discarded = yield* Effect.exit(build.writer.discard)
-        if (Exit.isFailure(discarded)) failures.push(discarded.cause)
-      }
-      const sessionScopeClosed = yield* Effect.exit(Scope.close(build.sessionScope, Exit.void))
-      if (Exit.isFailure(sessionScopeClosed)) failures.push(sessionScopeClosed.cause)
-      live.delete(build)
-      if (failures.length === 0) return Exit.void
-      // LIFE-03: every failure is kept, in order, in one Cause
-      const cause = failures.reduce((acc, next) => Cause.sequential(acc, next))
-      return Exit.fail(new AgentError.AgentDisposeError({ id: build.id, cause }))
+      const closed = recorded(failures, Scope.close(build.sessionScope, Exit.void))
+      return build.createMode && !build.published && build.writer !== undefined
+        ? Effect.zipRight(recorded(failures, build.writer.discard), closed)
+        : closed
     })
 
   /**
-   * Starts the single teardown (once) in a daemon fiber forked from the factory's runtime, and
-   * awaits its outcome (LIFE-02) — unless this fiber chain runs this agent's own creation or
-   * teardown, which the teardown itself awaits: then it only starts it.
+   * The agent's lifecycle Scope (CORE-02): the LIFE-01 steps are its finalizers, added in reverse
+   * order, so that closing it — sequentially — runs them in order. Made when the teardown starts
+   * (after its creation settled), so an idle agent holds none (B2) and only the steps that apply
+   * are added (B1). A step that dies fails the close (every later step still runs); the failures of
+   * the stop, scope and writer steps are recorded (LIFE-03). The factory's bookkeeping, the last
+   * step, follows the close.
+   */
+  const lifecycleOf = (build: Build, publisher: AgentPublisher, failures: Array<Cause.Cause<unknown>>) => {
+    const inOrder: Array<Effect.Effect<void>> = []
+    if (build.driver !== undefined) inOrder.push(stopDriver(build.driver, failures))
+    const agentScope = build.agentScope
+    // from here on a late agent Scope is made closed (`agentScopeOf`)
+    build.isAgentScopeClosed = true
+    if (agentScope !== undefined) inOrder.push(closeAgentScope(agentScope, failures))
+    inOrder.push(detachAgent(build, publisher))
+    if (build.sessionEntry !== undefined) inOrder.push(build.sessionEntry.detach)
+    inOrder.push(releaseWriter(build, failures))
+    return Effect.flatMap(Scope.make(ExecutionStrategy.sequential), (lifecycle) => {
+      let added: Effect.Effect<void> = Effect.void
+      for (let i = inOrder.length - 1; i >= 0; i--) {
+        added = Effect.zipRight(added, Scope.addFinalizer(lifecycle, inOrder[i]!))
+      }
+      return Effect.as(added, lifecycle)
+    })
+  }
+
+  /** What every owner gets (LIFE-02/03): a dying step as it is; recorded failures in one `AgentDisposeError`. */
+  const outcomeOf = (
+    build: Build,
+    closed: Exit.Exit<void>,
+    failures: ReadonlyArray<Cause.Cause<unknown>>
+  ): Exit.Exit<void, AgentError.AgentDisposeError> => {
+    // LIFE-03: every failure is kept, in order, in one Cause
+    const failed = failures.length === 0
+      ? undefined
+      : new AgentError.AgentDisposeError({
+        id: build.id,
+        cause: failures.reduce((acc, next) => Cause.sequential(acc, next))
+      })
+    if (Exit.isFailure(closed)) {
+      // a step that died (a bug, or a publisher that dies) is every owner's outcome too
+      return failed === undefined ? closed : Exit.failCause(Cause.sequential(closed.cause, Cause.fail(failed)))
+    }
+    return failed === undefined ? Exit.void : Exit.fail(failed)
+  }
+
+  /** The owners' outcome, once (first wins: a timeout may have released them already, CORE-06). */
+  const settleOutcome = (build: Build, exit: Exit.Exit<void, AgentError.AgentDisposeError>): void => {
+    if (build.outcome !== undefined) return
+    // the outcome and the owners' wake-up in one synchronous step: none is missed
+    build.outcome = exit
+    if (build.done !== undefined) Deferred.unsafeDone(build.done, Exit.succeed(exit))
+  }
+
+  /** The teardown: `Scope.close` of the lifecycle Scope (CORE-02), then the outcome, then the link. */
+  const runTeardown = (build: Build, publisher: AgentPublisher): Effect.Effect<void> =>
+    Effect.suspend(() => {
+      const failures: Array<Cause.Cause<unknown>> = []
+      const closeLifecycle = Effect.suspend(() =>
+        Effect.flatMap(
+          lifecycleOf(build, publisher, failures),
+          (lifecycle) => Effect.exit(Scope.close(lifecycle, Exit.void))
+        )
+      )
+      return Effect.flatMap(Effect.exit(Effect.zipRight(awaitCreation(build), closeLifecycle)), (result) => {
+        // LIFE-01's last step: the factory's bookkeeping
+        live.delete(build)
+        settleOutcome(build, Exit.isSuccess(result) ? outcomeOf(build, result.value, failures) : result)
+        timedOut.delete(build)
+        deadlines.delete(build)
+        return Scope.close(build.link, Exit.void)
+      })
+    })
+
+  /**
+   * CORE-06: the teardown did not finish within `teardownTimeout` (a durable write stalls). The
+   * owners are released with `AgentDisposeError{cause: TeardownTimeout}` and the agent and its
+   * session leave the registry and the store; the teardown goes on, and releases the writer once the
+   * write settled (PERS-01: a resume meanwhile fails `SessionLocked`).
+   */
+  const timeOut = (build: Build, publisher: AgentPublisher): Effect.Effect<void> =>
+    Effect.suspend(() => {
+      if (build.outcome !== undefined) return Effect.void
+      timedOut.add(build)
+      live.delete(build)
+      const timeout = new AgentError.TeardownTimeout({
+        id: build.id,
+        timeoutMillis: Duration.toMillis(teardownTimeout)
+      })
+      const released = new AgentError.AgentDisposeError({ id: build.id, cause: timeout })
+      return Effect.zipRight(
+        Effect.zipRight(detachAgent(build, publisher), detachSession(build)),
+        Effect.zipRight(
+          Effect.logWarning(timeout.message),
+          Effect.sync(() => settleOutcome(build, Exit.fail(released)))
+        )
+      )
+    })
+
+  /**
+   * CORE-06: the factory closes while a teardown is stalled past its timeout. Its session gives up
+   * on the stalled write (its callers fail, so the agent's activity converges and the teardown ends)
+   * and keeps its writer: the write may still land, so nobody else may write (PERS-01).
+   */
+  const abandon = (build: Build): void => {
+    build.isAbandoned = true
+    if (build.agent !== undefined) {
+      internalSession.core(build.agent.session).abandon(
+        `agent ${build.id}: the runtime was released while a write was stalled past the teardown timeout`
+      )
+    }
+  }
+
+  /** The FiberRefs of a teardown: the factory's, in its own `ownRef` region for its whole life. */
+  const teardownRefs = (build: Build) =>
+    FiberRefs.updateAs(backgroundRefs, { fiberId: FiberId.none, fiberRef: ownRef, value: new Set([build.own]) })
+
+  /**
+   * Runs the single teardown in a fiber of the factory's FiberSet (CORE-01: it outlives no Scope,
+   * and the factory's close awaits it), started at once and uninterruptible from its first
+   * instruction (LIFE-02), in its own `ownRef` region, with the factory's FiberRefs (never an
+   * owner's). One that does not finish at once is watched for its timeout (CORE-06).
+   */
+  const forkTeardown = (build: Build, publisher: AgentPublisher): void => {
+    const refs = teardownRefs(build)
+    runInTeardowns(Effect.uninterruptible(runTeardown(build, publisher)), {
+      immediate: true,
+      updateRefs: (_, fiberId) => FiberRefs.forkAs(refs, fiberId)
+    })
+    if (build.outcome === undefined) watchDeadline(build, publisher)
+  }
+
+  // CORE-06: one watcher fiber per factory (forked on first use) releases the owners of each
+  // teardown that outlives `teardownTimeout`. Deadlines are added in order, so the oldest is first.
+  const deadlines = new Map<Build, { readonly at: number; readonly publisher: AgentPublisher }>()
+  let watcher: Fiber.RuntimeFiber<unknown, unknown> | undefined
+  /** Set while the watcher waits for a deadline to watch. */
+  let watcherWake: Deferred.Deferred<void> | undefined
+
+  const watchDeadline = (build: Build, publisher: AgentPublisher): void => {
+    deadlines.set(build, { at: clock.unsafeCurrentTimeMillis() + Duration.toMillis(teardownTimeout), publisher })
+    if (watcher === undefined) {
+      // interruptible whatever the runtime's flags: the FiberSet's close ends it
+      watcher = runInTeardowns(Effect.interruptible(Effect.forever(watchOnce)), {
+        updateRefs: (_, fiberId) => FiberRefs.forkAs(backgroundRefs, fiberId)
+      })
+    } else if (watcherWake !== undefined) {
+      Deferred.unsafeDone(watcherWake, Exit.void)
+      watcherWake = undefined
+    }
+  }
+
+  /** Waits for the oldest deadline (or for one to watch), then times out what is past it. */
+  const watchOnce: Effect.Effect<void> = Effect.suspend(() => {
+    const oldest = deadlines.entries().next()
+    if (oldest.done === true) return Deferred.await(watcherWake = Deferred.unsafeMake<void>(FiberId.none))
+    const [build, deadline] = oldest.value
+    const left = deadline.at - clock.unsafeCurrentTimeMillis()
+    if (left > 0) return Effect.sleep(Duration.millis(left))
+    deadlines.delete(build)
+    return timeOut(build, deadline.publisher)
+  })
+
+  /**
+   * Starts the single teardown (once) and awaits its outcome (LIFE-02) — unless this fiber chain
+   * runs this agent's own creation or teardown, which the teardown itself awaits: then it only
+   * starts it.
    */
   const startTeardown = (
     fiber: Fiber.RuntimeFiber<unknown, unknown>,
@@ -293,35 +515,11 @@ export const make: Effect.Effect<
   ): Effect.Effect<void, AgentError.AgentDisposeError> => {
     if (!build.started) {
       build.started = true
-      // Uninterruptible from its first instruction, and in the teardown's `ownRef` region for its
-      // whole life (the fiber ends with it): both set at the fork, without an operation (B1).
-      const teardownFiber = Runtime.runFork(teardownRuntime)(
-        Effect.flatMap(Effect.exit(teardownSteps(build, publisher)), (result) => {
-          // a defect in a step (a bug, or a publisher that dies) is every owner's outcome too:
-          // none may wait forever
-          const exit: Exit.Exit<void, AgentError.AgentDisposeError> = Exit.isSuccess(result) ? result.value : result
-          // the outcome and the owners' wake-up in one synchronous step: none is missed
-          build.outcome = exit
-          if (build.done !== undefined) Deferred.unsafeDone(build.done, Exit.succeed(exit))
-          return Scope.close(build.link, Exit.void)
-        }),
-        {
-          updateRefs: (refs, fiberId) =>
-            FiberRefs.updateAs(refs, {
-              fiberId,
-              fiberRef: ownRef,
-              value: new Set([...FiberRefs.getOrDefault(refs, ownRef), build.own])
-            })
-        }
-      )
-      // a teardown with nothing to wait for has already finished here
-      if (teardownFiber.unsafePoll() === null) {
-        teardownFibers.add(teardownFiber)
-        teardownFiber.addObserver(() => teardownFibers.delete(teardownFiber))
-      }
+      forkTeardown(build, publisher)
     }
     if (fiber.getFiberRef(ownRef).has(build.own)) return Effect.void
-    // the outcome, once known, is the Exit itself (an Exit is an Effect): no await needed
+    // the outcome, once known (a teardown with nothing to wait for finished already), is the Exit
+    // itself (an Exit is an Effect): no await needed
     if (build.outcome !== undefined) return build.outcome
     return Effect.flatten(Deferred.await(build.done ??= Deferred.unsafeMake(fiber.id())))
   }
@@ -367,7 +565,9 @@ export const make: Effect.Effect<
       const inboxOptions: internalInbox.InboxOptions = {
         onChange(change) {
           return emit(inboxEvent(build.id, change))
-        }
+        },
+        // publication only: it never writes to the inbox (CORE-07's guard is for users' observers)
+        trustedObserver: true
       }
       const finish = (inbox: internalInbox.InboxInternal) => {
         // the agent's own tool and hook registries are built on first use (B1, B2)
@@ -396,7 +596,9 @@ export const make: Effect.Effect<
           agent() {
             return agent!
           },
-          runtime,
+          forkDrain(drain) {
+            return fiberModule.forkIn(drain, build.sessionScope, backgroundRefs)
+          },
           storedRoute: route,
           publishing: publishingRef
         })
@@ -632,6 +834,7 @@ export const make: Effect.Effect<
           settled: undefined,
           entered: false,
           started: false,
+          isAbandoned: false,
           writer: undefined,
           createMode: false,
           driver: undefined,
@@ -778,16 +981,11 @@ export const make: Effect.Effect<
     id: SessionId,
     collision: () => C,
     then: Effect.Effect<A, E, R>
-  ): Effect.Effect<A, E | C, R> => {
-    const live = internalRegistry.unsafeLookup(registry, id)
-    if (live === undefined) {
-      return Effect.flatMap(
-        internalRegistry.lookup(registry, id),
-        (found): Effect.Effect<A, E | C, R> => (Option.isSome(found) ? Effect.fail(collision()) : then)
-      )
-    }
-    return Option.isSome(live) ? Effect.fail(collision()) : then
-  }
+  ): Effect.Effect<A, E | C, R> =>
+    Effect.flatMap(
+      internalRegistry.lookup(registry, id),
+      (found): Effect.Effect<A, E | C, R> => (Option.isSome(found) ? Effect.fail(collision()) : then)
+    )
 
   /**
    * PKG-06: a create whose provider and model are both set asks the model, when it can validate
@@ -957,8 +1155,11 @@ export const make: Effect.Effect<
       drained = waitFor
       if (inFlight > 0) yield* Deferred.await(waitFor)
       const disposals = Array.from(live, (build) => build.release)
+      // each bounded by the teardown timeout (CORE-06)
       yield* Effect.all(disposals, { discard: true, concurrency: "unbounded" })
-      yield* Effect.forEach(Array.from(teardownFibers), (fiber) => fiber.await, { discard: true })
+      // teardowns still stalled after their timeout are abandoned: the FiberSet's close interrupts
+      // their wait, and they keep their writer
+      for (const build of timedOut) abandon(build)
     })
   )
   yield* registry.setFactory(factory)
@@ -977,3 +1178,22 @@ export const layer: Layer.Layer<
   AgentError.FactoryAlreadySet,
   AgentRegistry | SessionStore | Model
 > = Layer.scoped(AgentLoop, make)
+
+/**
+ * The default factory as a layer, with options (e.g. `teardownTimeout`, CORE-06).
+ *
+ * @example
+ * ```ts
+ * import { AgentLoop } from "effect-agent"
+ *
+ * const loop = AgentLoop.layerWith({ teardownTimeout: "10 seconds" })
+ * ```
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerWith = (options: AgentLoopOptions): Layer.Layer<
+  AgentLoop,
+  AgentError.FactoryAlreadySet,
+  AgentRegistry | SessionStore | Model
+> => Layer.scoped(AgentLoop, makeWith(options))

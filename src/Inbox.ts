@@ -47,21 +47,21 @@ export interface Inbox {
   readonly append: (
     target: InboxTarget,
     message: UserMessage
-  ) => Effect.Effect<void, AgentError.DuplicateMessage | SessionAppendError>
+  ) => Effect.Effect<void, AgentError.DuplicateMessage | AgentError.AgentBusy | SessionAppendError>
   /** Inserts at the front of a list (not waking). */
   readonly prepend: (
     target: InboxTarget,
     message: UserMessage
-  ) => Effect.Effect<void, AgentError.DuplicateMessage | SessionAppendError>
+  ) => Effect.Effect<void, AgentError.DuplicateMessage | AgentError.AgentBusy | SessionAppendError>
   /** Replaces a pending message in place; `false` (nothing written) when `id` is not pending. */
   readonly replace: (
     id: MessageId,
     message: UserMessage
-  ) => Effect.Effect<boolean, AgentError.DuplicateMessage | SessionAppendError>
+  ) => Effect.Effect<boolean, AgentError.DuplicateMessage | AgentError.AgentBusy | SessionAppendError>
   /** Removes a pending message (`canceled`); `false` when it is not pending. */
-  readonly remove: (id: MessageId) => Effect.Effect<boolean, SessionAppendError>
+  readonly remove: (id: MessageId) => Effect.Effect<boolean, AgentError.AgentBusy | SessionAppendError>
   /** Removes everything pending (`canceled`): next-step first, then next-turn. */
-  readonly clear: Effect.Effect<void, SessionAppendError>
+  readonly clear: Effect.Effect<void, AgentError.AgentBusy | SessionAppendError>
   /** Changes after they are durable. */
   readonly changes: Stream.Stream<InboxChange>
 }
@@ -71,7 +71,8 @@ export interface Inbox {
  * `header.seedLength`, validating every splice like a live one (INB-05); an invalid one fails
  * `InvalidInboxLog` and nothing is repaired. Every later change is written to the session before it
  * changes the lists, under one lock (INB-01b, INB-02); `options.onChange` sees each change in
- * order, while that lock is held.
+ * order, while that lock is held. A write to the same inbox from the observer (or from a fiber it
+ * awaits) would wait for that lock, held by itself: it fails `AgentBusy` instead (CORE-07).
  *
  * @example
  * ```ts

@@ -448,18 +448,6 @@ const isUntraced = (registry: AgentRegistry["Type"]): registry is AgentRegistry[
 export const lookup = (registry: AgentRegistry["Type"], id: SessionId | string): Effect.Effect<Option.Option<Agent>> =>
   isUntraced(registry) ? registry[UntracedLookup](id) : registry.get(id)
 
-/**
- * Always `undefined` now: the registry's state lives in a `Ref` (CORE-03), which only an effect
- * reads, so callers use `lookup`. Kept so that callers written against the synchronous read
- * still compile and fall back to `lookup`.
- *
- * @internal
- */
-export const unsafeLookup = (
-  _registry: AgentRegistry["Type"],
-  _id: SessionId | string
-): Option.Option<Agent> | undefined => undefined
-
 /** @internal */
 export const make = (options?: Options): Effect.Effect<AgentRegistry["Type"], never, Scope.Scope> =>
   Effect.map(makeWithPublisher(options), ({ registry }) => registry)

@@ -1,12 +1,12 @@
 /**
  * The driver: one state machine (`Idle | Maintenance | Running`) changed under one lock (as a
- * SynchronizedRef would be, `modifyPhase`), its work in
- * fibers forked from a runtime captured when the agent was built, cancellation as interruption plus
- * a set-once cause, and the turn/step loop (SPEC §8).
+ * SynchronizedRef would be, `modifyPhase`); its activities requested under that lock and started by
+ * one drain fiber that takes wake-ups from a `Queue` (CORE-04) and observes how each ends (CORE-01);
+ * cancellation as interruption plus a set-once cause, and the turn/step loop (SPEC §8).
  *
  * @internal
  */
-import type { Array as Arr, Runtime } from "effect"
+import type { Array as Arr } from "effect"
 import {
   Cause,
   Chunk,
@@ -20,8 +20,7 @@ import {
   FiberId,
   FiberRef,
   Option,
-  Runtime as RuntimeModule,
-  RuntimeFlags,
+  Queue,
   Stream
 } from "effect"
 import type { Agent, AgentOptions } from "../Agent.js"
@@ -55,29 +54,62 @@ export interface DriverDeps {
   readonly emit: (event: AgentEvent) => Effect.Effect<void>
   readonly withInitiator: <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, unknown, R>
   readonly agent: () => Agent
-  readonly runtime: Runtime.Runtime<never>
+  /**
+   * Forks the driver's drain fiber (CORE-01, CORE-04): into the agent's Scope, with the FiberRefs
+   * of the factory's runtime, never the builder's or a waker's (§6.3).
+   */
+  readonly forkDrain: (drain: Effect.Effect<never>) => Effect.Effect<Fiber.RuntimeFiber<never>>
   /** The route of the last `request/config` in the log at construction. */
   readonly storedRoute: Partial<Tool.Route>
   /** A FiberRef whose value is the id of the agent whose creation hooks are running (PUB-11). */
   readonly publishing: FiberRef.FiberRef<Option.Option<SessionId>>
 }
 
-type Activity = Fiber.RuntimeFiber<unknown, unknown>
+/**
+ * One activity (a drain or a maintenance task): requested under the state lock, started by the
+ * drain fiber when it takes the wake-up (CORE-04), interrupted by a cancel whenever it comes.
+ */
+interface Activity {
+  readonly work: Effect.Effect<void>
+  /** Set by the drain fiber when it starts the activity. */
+  fiber: Fiber.RuntimeFiber<void> | undefined
+  /** An interruption was requested (a cancel, or the maintenance caller's interruption). */
+  interrupted: boolean
+}
 
 type Phase =
   | { readonly _tag: "Idle" }
   | {
     readonly _tag: "Maintenance"
-    readonly fiber: Activity
+    readonly activity: Activity
     readonly cause: Option.Option<CancelCause>
     readonly wakeRequested: boolean
   }
   | {
     readonly _tag: "Running"
-    readonly fiber: Activity
+    readonly activity: Activity
     readonly cause: Option.Option<CancelCause>
     readonly wakeRequested: boolean
   }
+
+/**
+ * The activity the current fiber belongs to (set in an activity's fiber, inherited by the fibers it
+ * forks — tool calls): `whenIdle` from inside it would wait for itself (CORE-07).
+ */
+const currentActivity = FiberRef.unsafeMake<Activity | undefined>(undefined)
+
+/** Interrupts an activity now if it started, else as soon as the drain fiber starts it. */
+const interruptActivity = (activity: Activity): Effect.Effect<void> => {
+  activity.interrupted = true
+  return activity.fiber === undefined ? Effect.void : Fiber.interruptFork(activity.fiber)
+}
+
+const whenIdleFromOwnActivity = (id: SessionId) =>
+  Effect.dieMessage(
+    `whenIdle of agent ${JSON.stringify(id)} was awaited from inside that agent's own activity (a tool, a hook ` +
+      "or a maintenance task): it waits for the activity to end, so it would wait for itself. Await whenIdle " +
+      "from outside the agent (CORE-07)."
+  )
 
 /** @internal */
 export interface Driver {
@@ -248,9 +280,10 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
   const maxSteps = deps.options.maxStepsPerTurn ?? 100
   const maxParallel = deps.options.maxParallelToolCalls ?? 10
   const maxRetries = deps.options.maxRequestRetries ?? 3
-
-
-  let activityRuntime: Runtime.Runtime<never> | undefined
+  /** The drain fiber's wake-ups (CORE-04): one pending is enough, the drain starts what the phase holds. */
+  let wakes: Queue.Queue<void> | undefined
+  /** Completed (and cleared) when the phase next becomes `Idle`: what `whenIdle` callers wait on. */
+  let idleSignal: Deferred.Deferred<void> | undefined
 
   /** Per-agent helpers as methods (no per-agent named closures to build). */
   const h = {
@@ -264,16 +297,24 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
     modifyPhase<A, E>(f: (current: Phase) => Effect.Effect<readonly [A, Phase], E>): Effect.Effect<A, E> {
       return (phaseLock ??= makeLock()).withLockUninterruptibly(
         Effect.flatMap(Effect.suspend(() => f(phase)), (result) => {
-          phase = result[1]
+          h.setPhase(result[1])
           return Effect.succeed(result[0])
         })
       )
+    },
+    /** The one place the phase changes: going idle releases the `whenIdle` callers. */
+    setPhase(next: Phase): void {
+      phase = next
+      if (next._tag === "Idle" && idleSignal !== undefined) {
+        Deferred.unsafeDone(idleSignal, Exit.void)
+        idleSignal = undefined
+      }
     },
     /** `SynchronizedRef.updateEffect` over the phase (see `modifyPhase`). */
     updatePhase<E>(f: (current: Phase) => Effect.Effect<Phase, E>): Effect.Effect<void, E> {
       return (phaseLock ??= makeLock()).withLockUninterruptibly(
         Effect.flatMap(Effect.suspend(() => f(phase)), (next) => {
-          phase = next
+          h.setPhase(next)
           return Effect.void
         })
       )
@@ -309,23 +350,39 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           : deps.emit(AgentEvent.AgentStatusChanged({ agent: deps.id, status: next }))
       })
     },
-    // Activities start uninterruptible, so an interruption that arrives before a fiber runs its first
-    // instruction still lets it write its closers; only the marked regions are interruptible.
-    fork<A, E>(effect: Effect.Effect<A, E>): Fiber.RuntimeFiber<A, E> {
-      cancelCell = Option.none()
-      activityRuntime ??= RuntimeModule.disableRuntimeFlag(deps.runtime, RuntimeFlags.Interruption)
-      return RuntimeModule.runFork(activityRuntime)(effect)
+    /**
+     * Requests an activity (under the state lock): the drain fiber starts it when it takes the
+     * wake-up (CORE-04), so it never runs with the FiberRefs of the fiber that requested it (§6.3).
+     */
+    request(work: Effect.Effect<void>): Effect.Effect<Activity> {
+      const activity: Activity = { work, fiber: undefined, interrupted: false }
+      if (wakes !== undefined) {
+        wakes.unsafeOffer(undefined)
+        return Effect.succeed(activity)
+      }
+      // the drain fiber is forked once, by the agent's first activity: an agent that never had
+      // input has none (B1, B2)
+      return Effect.flatMap(Queue.dropping<void>(1), (queue) => {
+        wakes = queue
+        queue.unsafeOffer(undefined)
+        return Effect.as(deps.forkDrain(drainFiber(queue)), activity)
+      })
     },
-    markBroken(cause: unknown, turn?: number): Effect.Effect<void> {
+    markBroken(cause: unknown, turn?: number, defect?: boolean): Effect.Effect<void> {
       return Effect.suspend(() => {
         if (Option.isNone(broken)) broken = Option.some(cause)
         return deps.emit(AgentEvent.AgentError({
           agent: deps.id,
           turn,
-          error: {
-            message: "a durable write failed; the agent takes no more input until it is resumed",
-            code: "PERSISTENCE"
-          }
+          error: defect === true
+            ? {
+              message: "a background fiber of the agent died (a defect); it takes no more input until it is resumed",
+              code: "DEFECT"
+            }
+            : {
+              message: "a durable write failed; the agent takes no more input until it is resumed",
+              code: "PERSISTENCE"
+            }
         }))
       })
     },
@@ -964,8 +1021,8 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         return Option.none<Phase>()
       }
       yield* h.setStatus("running")
-      const fiber = h.fork(drain(turn))
-      return Option.some<Phase>({ _tag: "Running", fiber, cause: Option.none(), wakeRequested: false })
+      const activity = yield* h.request(drain(turn))
+      return Option.some<Phase>({ _tag: "Running", activity, cause: Option.none(), wakeRequested: false })
     })
     return { drain, settle, startDrain }
   }
@@ -989,10 +1046,8 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         const turn = sessionCore.lastTurn() + 1
         return deps.inbox.insert(target, message, "end", () => [{ type: "turn/start", data: { turn } }]).pipe(
           Effect.zipRight(h.setStatus("running")),
-          Effect.map((): Phase => {
-            const fiber = h.fork((loopCache ??= buildLoop()).drain(turn))
-            return { _tag: "Running", fiber, cause: Option.none(), wakeRequested: false }
-          })
+          Effect.zipRight(Effect.suspend(() => h.request((loopCache ??= buildLoop()).drain(turn)))),
+          Effect.map((activity): Phase => ({ _tag: "Running", activity, cause: Option.none(), wakeRequested: false }))
         )
       }
       case "Maintenance":
@@ -1050,7 +1105,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         if (disposing && cause.kind !== "disposed") return
         const keepInbox = options?.keepInbox === true
         type Outcome = readonly [Activity | undefined, Exit.Exit<void, SessionError.SessionAppendError>]
-        const [fiber, cleared] = yield* h.modifyPhase(
+        const [activity, cleared] = yield* h.modifyPhase(
           (phase): Effect.Effect<readonly [Outcome, Phase]> =>
             Effect.gen(function*() {
               if (phase._tag !== "Idle" && Option.isNone(phase.cause)) cancelCell = Option.some(cause)
@@ -1061,24 +1116,20 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
               const next: Phase = Option.isNone(phase.cause)
                 ? { ...phase, cause: Option.some(cause), wakeRequested: false }
                 : { ...phase, wakeRequested: false }
-              return [[phase.fiber, cleared], next] as const
+              return [[phase.activity, cleared], next] as const
             })
         )
-        if (fiber !== undefined) yield* Fiber.interruptFork(fiber)
+        if (activity !== undefined) yield* interruptActivity(activity)
         if (Exit.isFailure(cleared)) return yield* Effect.failCause(cleared.cause)
       })
     },
 
     get whenIdle(): Effect.Effect<void> {
-      return Effect.gen(function*() {
-        while (true) {
-          const seen = phase
-          if (seen._tag === "Idle") return
-          yield* Fiber.await(seen.fiber)
-          // an activity settles the state before it ends; if one died before that, settle for it
-          yield* h.updatePhase((current) =>
-            current === seen ? Effect.map((loopCache ??= buildLoop()).settle(current), ([, next]) => next) : Effect.succeed(current))
-        }
+      // AGT-05 stays infallible: awaiting it from the agent's own activity is a defect (CORE-07)
+      return Effect.withFiberRuntime((fiber) => {
+        if (phase._tag === "Idle") return Effect.void
+        if (fiber.getFiberRef(currentActivity) === phase.activity) return whenIdleFromOwnActivity(deps.id)
+        return Deferred.await(idleSignal ??= Deferred.unsafeMake<void>(FiberId.none))
       })
     },
 
@@ -1099,10 +1150,10 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
                 h.updatePhase((phase) => Effect.map((loopCache ??= buildLoop()).settle(phase), ([, next]) => next))
               )
             )
-            const activity = h.fork(work)
+            const activity = yield* h.request(work)
             const maintenance: Phase = {
               _tag: "Maintenance",
-              fiber: activity,
+              activity,
               cause: Option.none(),
               wakeRequested: false
             }
@@ -1112,8 +1163,8 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         // the activity is forked and the handler that interrupts it with its caller installed in one
         // uninterruptible stretch: an interrupted caller never leaves its task running
         const [exit, cause] = yield* Effect.uninterruptibleMask((restore) =>
-          Effect.flatMap(start, (fiber) =>
-            restore(Deferred.await(done)).pipe(Effect.onInterrupt(() => Fiber.interruptFork(fiber))))
+          Effect.flatMap(start, (activity) =>
+            restore(Deferred.await(done)).pipe(Effect.onInterrupt(() => interruptActivity(activity))))
         )
         if (Exit.isSuccess(exit)) return exit.value
         if (Cause.isInterruptedOnly(exit.cause)) {
@@ -1161,5 +1212,73 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
       return !disposing
     }
   }
+
+  // ---------------------------------------------------------------------------------------------
+  // the drain fiber (CORE-01, CORE-04)
+
+  /**
+   * The drain fiber: forked once (by the agent's first activity), it takes each wake-up from the Queue and
+   * starts the activity the phase requested, as its own child, then observes its end. Only the
+   * waits are interruptible (the agent's Scope closing ends it); its child activities end with it.
+   */
+  const drainFiber = (queue: Queue.Queue<void>): Effect.Effect<never> =>
+    Effect.uninterruptible(Effect.forever(Effect.flatMap(
+      Effect.interruptible(Queue.take(queue)),
+      () => Effect.catchAllCause(startRequested, (cause) => recoverDead(undefined, cause))
+    )))
+
+  /** Starts the requested activity, if one waits, and observes its end (CORE-01). */
+  const startRequested: Effect.Effect<void> = Effect.suspend(() =>
+    Effect.flatMap(
+      h.modifyPhase((current): Effect.Effect<readonly [Activity | undefined, Phase]> => {
+        if (current._tag === "Idle" || current.activity.fiber !== undefined) {
+          return Effect.succeed([undefined, current] as const)
+        }
+        const activity = current.activity
+        // the activity's cancel cause, readable without effects (the claim guard, INB-06)
+        cancelCell = current.cause
+        // the activity starts uninterruptible (forked from this region): an interruption that
+        // arrives before its first instruction still lets it write its closers
+        return Effect.map(
+          Effect.fork(Effect.zipRight(FiberRef.set(currentActivity, activity), activity.work)),
+          (fiber) => {
+            activity.fiber = fiber
+            if (activity.interrupted) fiber.unsafeInterruptAsFork(FiberId.none)
+            return [activity, current] as const
+          }
+        )
+      }),
+      (activity) =>
+        activity === undefined
+          ? Effect.void
+          : Effect.flatMap(Effect.interruptible(Fiber.await(activity.fiber!)), (exit) => afterActivity(activity, exit))
+    ))
+
+  /**
+   * An activity settles the phase before it ends. One that ended without (it died — a defect in
+   * its state update) leaves the agent broken with the cause, and idle: never `Running` on a dead
+   * fiber (CORE-01).
+   */
+  const afterActivity = (activity: Activity, exit: Exit.Exit<void>): Effect.Effect<void> =>
+    phase._tag !== "Idle" && phase.activity === activity
+      ? recoverDead(activity, Exit.isFailure(exit) ? exit.cause : Cause.die(new Error("the activity ended unsettled")))
+      : Effect.void
+
+  /** The agent broken by a dead background fiber, and idle (whatever the recovery itself runs into). */
+  const recoverDead = (activity: Activity | undefined, cause: Cause.Cause<unknown>): Effect.Effect<void> =>
+    h.updatePhase((current) => {
+      if (activity !== undefined && (current._tag === "Idle" || current.activity !== activity)) {
+        return Effect.succeed(current)
+      }
+      if (Option.isNone(broken)) broken = Option.some(Cause.squash(cause))
+      const idle: Phase = { _tag: "Idle" }
+      return Effect.as(
+        Effect.ignore(Effect.catchAllCause(
+          Effect.zipRight(h.markBroken(Cause.squash(cause), undefined, true), h.setStatus("idle")),
+          () => Effect.void
+        )),
+        idle
+      )
+    })
   return driver
 }

@@ -7,7 +7,7 @@
  *
  * @internal
  */
-import { Data, Effect, Option, Schema, Stream } from "effect"
+import { Data, Effect, FiberRef, Option, Schema, Stream } from "effect"
 import type { Array as Arr, Scope } from "effect"
 import * as AgentError from "../AgentError.js"
 import type { Inbox, InboxChange } from "../Inbox.js"
@@ -342,6 +342,60 @@ export interface InboxInternal extends Inbox {
 export interface InboxOptions {
   /** Called with every change, in order, while the inbox lock is held (for causal publication). */
   readonly onChange?: ((change: InboxChange) => Effect.Effect<void>) | undefined
+  /** The library's own observer, which never writes to the inbox: no CORE-07 guard (B3). */
+  readonly trustedObserver?: boolean | undefined
+}
+
+/**
+ * CORE-07: a user's `onChange` runs while the inbox lock is held, so a write to the same inbox from
+ * it (or from a fiber it awaits) would wait for itself. While it runs, its fibers carry the guard
+ * of the inbox in this FiberRef, and the inbox refuses their writes with `AgentBusy`.
+ */
+const notifyingRef = FiberRef.unsafeMake<ObserverGuard | undefined>(undefined)
+
+/** How many `onChange` calls of one inbox are running (a forked fiber that outlives one writes freely). */
+interface ObserverGuard {
+  notifying: number
+}
+
+const guardObserver = (cell: InboxCell, options: InboxOptions | undefined): InboxCell => {
+  if (options?.onChange !== undefined && options.trustedObserver !== true) cell.guard = { notifying: 0 }
+  return cell
+}
+
+const notifyGuarded = (
+  guard: ObserverGuard,
+  onChange: (change: InboxChange) => Effect.Effect<void>,
+  change: InboxChange
+): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    guard.notifying++
+    return Effect.ensuring(
+      Effect.locally(onChange(change), notifyingRef, guard),
+      Effect.sync(() => {
+        guard.notifying--
+      })
+    )
+  })
+
+/** `self`, unless the current fiber runs this inbox's `onChange`: then `AgentBusy` (CORE-07). */
+const refusingObserverWrites = <A, E>(
+  cell: InboxCell,
+  self: Effect.Effect<A, E>
+): Effect.Effect<A, E | AgentError.AgentBusy> => {
+  const guard = cell.guard
+  if (guard === undefined) return self
+  return Effect.withFiberRuntime((fiber) =>
+    guard.notifying > 0 && fiber.getFiberRef(notifyingRef) === guard
+      ? Effect.fail(
+        new AgentError.AgentBusy({
+          id: cell.session.id,
+          reason: "the inbox's onChange observer wrote to the same inbox while it was being notified, under the " +
+            "inbox lock; write from a fiber that does not wait for the observer, or after it returned"
+        })
+      )
+      : self
+  )
 }
 
 type Removal = "claim" | "canceled" | "rejected"
@@ -360,6 +414,8 @@ class InboxCell {
   turnVersion = -1
   stepSnapshot: ReadonlyArray<UserMessage> = []
   stepVersion = -1
+  /** Set when a user's observer runs under the lock (CORE-07). */
+  guard: ObserverGuard | undefined = undefined
   constructor(
     readonly session: Session,
     readonly sessionCore: ReturnType<typeof core>,
@@ -376,7 +432,10 @@ const locked = <A, E>(state: InboxCell, body: Effect.Effect<A, E>): Effect.Effec
   lockOf(state).withLockUninterruptibly(body)
 
 const publishChanges = (state: InboxCell, changes: ReadonlyArray<InboxChange>): Effect.Effect<void> => {
-  const { feed, onChange } = state
+  const { feed, guard } = state
+  const onChange = guard === undefined || state.onChange === undefined
+    ? state.onChange
+    : (change: InboxChange) => notifyGuarded(guard, state.onChange!, change)
   if (changes.length === 1) {
     const change = changes[0]!
     return onChange === undefined ? feed.publish(change) : Effect.zipRight(feed.publish(change), onChange(change))
@@ -644,7 +703,7 @@ export const unsafeMakeFresh = (session: Session, options?: InboxOptions | undef
   const end = sessionCore.log().length
   return Math.min(session.header.seedLength, end) < end
     ? undefined
-    : inboxOf(new InboxCell(session, sessionCore, options?.onChange))
+    : inboxOf(guardObserver(new InboxCell(session, sessionCore, options?.onChange), options))
 }
 
 /**
@@ -658,7 +717,8 @@ export const unsafeMakeReplayed = (
   session: Session,
   projection: Projection,
   options?: InboxOptions | undefined
-): InboxInternal => inboxOf(new InboxCell(session, core(session), options?.onChange, projection))
+): InboxInternal =>
+  inboxOf(guardObserver(new InboxCell(session, core(session), options?.onChange, projection), options))
 
 /**
  * Builds the inbox of a session by replaying its events after `header.seedLength` (INB-05).
@@ -756,10 +816,12 @@ class InboxImpl implements InboxInternal {
   readonly replace: InboxInternal["replace"]
   readonly remove: InboxInternal["remove"]
   constructor(private readonly cell: InboxCell) {
-    this.append = (target, message) => Effect.withSpan(insertInto(cell, target, message, "end"), "Inbox.append")
-    this.prepend = (target, message) => Effect.withSpan(insertInto(cell, target, message, "front"), "Inbox.prepend")
-    this.replace = (id, message) => replaceIn(cell, id, message)
-    this.remove = (id) => removeFrom(cell, id)
+    this.append = (target, message) =>
+      Effect.withSpan(refusingObserverWrites(cell, insertInto(cell, target, message, "end")), "Inbox.append")
+    this.prepend = (target, message) =>
+      Effect.withSpan(refusingObserverWrites(cell, insertInto(cell, target, message, "front")), "Inbox.prepend")
+    this.replace = (id, message) => refusingObserverWrites(cell, replaceIn(cell, id, message))
+    this.remove = (id) => refusingObserverWrites(cell, removeFrom(cell, id))
   }
   get nextTurn(): Effect.Effect<ReadonlyArray<UserMessage>> {
     return Effect.sync(() => snapshotOf(this.cell, "next-turn"))
@@ -770,8 +832,8 @@ class InboxImpl implements InboxInternal {
   get hasPending(): Effect.Effect<boolean> {
     return Effect.sync(() => this.pending())
   }
-  get clear(): Effect.Effect<void, SessionError.SessionAppendError> {
-    return clearAll(this.cell)
+  get clear(): Effect.Effect<void, SessionError.SessionAppendError | AgentError.AgentBusy> {
+    return refusingObserverWrites(this.cell, clearAll(this.cell))
   }
   get clearCanceled(): Effect.Effect<void, SessionError.SessionAppendError> {
     return clearAll(this.cell)

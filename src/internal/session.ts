@@ -1,11 +1,13 @@
 /**
- * The Session implementation: an in-memory log with one writer fiber (SES-02), started by the first
- * append; events are committed only after the writer acknowledged, published
+ * The Session implementation: an in-memory log with one writer fiber (SES-02) forked into the
+ * session's Scope by the first append (CORE-01); a writer that dies fails every pending and later
+ * caller with its cause, so none waits forever; events are committed only after the writer acknowledged, published
  * after commit, with the model-visible history and the turn state folded incrementally.
  *
  * @internal
  */
 import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, Scope } from "effect"
+import * as fiberModule from "./fiber.js"
 import type { Array as Arr, Clock } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
@@ -39,6 +41,12 @@ export interface SessionCore {
   readonly log: () => ReadonlyArray<SessionEvent>
   /** Marks the session closed and stops its writer fiber after what was queued. */
   readonly close: Effect.Effect<void>
+  /**
+   * CORE-06: gives up on a write that stalls (the runtime is released after a teardown timed out).
+   * Every caller waiting for the writer, and every later one, fails `PersistenceError` now; the
+   * writer fiber finishes that write on its own, answering nobody, and its writer stays held.
+   */
+  readonly abandon: (reason: string) => void
 }
 
 const cores = new WeakMap<Session, SessionCore>()
@@ -56,7 +64,9 @@ interface Input {
   readonly data: unknown
 }
 
-type AppendExit<A> = Exit.Exit<A, SessionError.SessionAppendError>
+type AppendError = SessionError.SessionAppendError
+
+type AppendExit<A> = Exit.Exit<A, AppendError>
 
 /**
  * One caller waiting in a batch: `append` (one event, resolves with it) or `appendAll`/`appendCore`
@@ -151,6 +161,14 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     const feed = Feed.makeUnsafe<SessionEvent>()
     // the writer fiber is started by the first append (SES-02: still one per session)
     let writerFiber: Fiber.RuntimeFiber<void> | undefined
+    /** Set once the writer fiber is being forked (the fork and its record are two operations). */
+    let isWriterStarted = false
+    /** Why the writer fiber ended, once it did: every later request fails with it (CORE-01). */
+    let writerEnd: Exit.Exit<never, SessionError.SessionAppendError> | undefined
+    /** The batch the writer took and has not answered yet: failed with the cause if the writer dies. */
+    let taken: ReadonlyArray<Request> | undefined
+    /** Set by `abandon`: the writer answers nobody any more. */
+    let isAbandoned = false
     /**
      * The next batch: the requests made since the writer last took one. A request joins it until
      * the writer takes it, so everything made meanwhile — in particular while a write is in flight —
@@ -164,8 +182,12 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
 
     /** Per-session helpers as methods (no per-session named closures to build). */
     const w = {
-      /** Starts the writer fiber, on first use. No Queue: a batch is handed over in `open`. */
-      startWriter(): void {
+      /**
+       * Forks the writer fiber into the session's Scope (CORE-01), on first use, with the FiberRefs
+       * of the runtime captured at construction (not the first appender's). No Queue: a batch is
+       * handed over in `open`.
+       */
+      startWriter(): Effect.Effect<void> {
         // The hot path is plain code between few Effect ops: the write, the publication, the
         // callers resumed in a loop, and a wait only when nothing is waiting. The clock is the
         // writer fiber's, read once.
@@ -173,10 +195,12 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
 
         /** The loop's next step: the waiting batch, else the end after a close, else a wait. */
         const next = (): Effect.Effect<void> => {
+          taken = undefined
           const batch = open
           if (batch !== undefined) {
             // from here on the batch is the writer's: a later request opens the next one
             open = undefined
+            taken = batch
             return writeBatch(batch)
           }
           // closed with nothing waiting: every request accepted before the close was written
@@ -186,11 +210,13 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
         resumeWriter = Effect.suspend(next)
         // The fiber may yield between `next` and this registration (the scheduler can ask any
         // fiber to yield before any operation): a request or a close made meanwhile found no
-        // `wake` to call, so the registration looks again before it waits.
-        const waitForWork = Effect.async<void>((resume) => {
+        // `wake` to call, so the registration looks again before it waits. Only this wait is
+        // interruptible (the Scope closing while nothing waits to be written); a write never is.
+        // (No canceler: an interrupted writer's `wake` is cleared when it ends, `writerEnded`.)
+        const waitForWork = Effect.interruptible(Effect.async<void>((resume) => {
           if (open !== undefined || isClosed) return resume(resumeWriter)
           wake = resume
-        })
+        }))
 
         const writeBatch = (batch: ReadonlyArray<Request>, then: () => Effect.Effect<void> = next): Effect.Effect<void> => {
           const time = clock.unsafeCurrentTimeMillis()
@@ -209,6 +235,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
             Effect.suspend(() => writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)),
             {
               onFailure: (cause) => {
+                if (isAbandoned) return Effect.void
                 // DUR-04 inside a session: a batch of several callers refused for its content (an
                 // event over maxEventBytes, the session over maxSessionBytes) stored nothing, so it
                 // is written again caller by caller, and only the refused caller's append fails.
@@ -217,7 +244,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
                 for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
                 return then()
               },
-              onSuccess: () => commit(batch, stamped, then)
+              onSuccess: () => (isAbandoned ? Effect.void : commit(batch, stamped, then))
             }
           )
         }
@@ -258,11 +285,47 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
           })
         }
 
-        // forked from the runtime captured at construction, as a daemon fiber forked then would be
-        writerFiber = Runtime.runFork(runtime)(Effect.uninterruptible(Effect.clockWith((writerClock) => {
+        const body = Effect.uninterruptible(Effect.clockWith((writerClock) => {
           clock = writerClock
           return next()
-        })))
+        }))
+        return Effect.flatMap(fiberModule.forkIn(body, scope, runtime.fiberRefs), (fiber) => {
+          writerFiber = fiber
+          fiber.addObserver(w.writerEnded)
+          // the close runs before the Scope interrupts the writer (finalizers run last-added
+          // first): what was accepted before the close is written, later appends fail (SES-04)
+          return Scope.addFinalizer(scope, close)
+        })
+      },
+
+      /**
+       * The writer fiber ended: interrupted with the Scope, or dead of a defect (a bug in a commit,
+       * a persistence that throws). The callers it had not answered, and every later one, fail with
+       * that cause (a defect) or `SessionClosed`: none waits forever (CORE-01).
+       */
+      writerEnded(exit: Exit.Exit<void>): void {
+        w.failPending(
+          Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)
+            ? Exit.failCause(exit.cause)
+            : Exit.fail(new SessionError.SessionClosed({ id }))
+        )
+      },
+
+      /** Fails every caller not answered yet, and every later one, with `failed`. */
+      failPending(failed: Exit.Exit<never, SessionError.SessionAppendError>): void {
+        writerEnd ??= failed
+        wake = undefined
+        const pending = [...(taken ?? []), ...(open ?? [])]
+        taken = undefined
+        open = undefined
+        for (const request of pending) request.resume(writerEnd)
+      },
+
+      /** `self` after the writer fiber was started (the first append starts it). */
+      withWriter<A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> {
+        if (isWriterStarted || isClosed) return self
+        isWriterStarted = true
+        return Effect.zipRight(w.startWriter(), self)
       },
 
       /** Wakes the writer if it waits: it then runs its next step. */
@@ -275,13 +338,12 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
 
       /** Hands a validated request to the writer: it joins the waiting batch, or opens one. */
       submit(request: Request): void {
+        if (writerEnd !== undefined) return request.resume(writerEnd)
         if (isClosed) return request.resume(Exit.fail(new SessionError.SessionClosed({ id })))
         if (open !== undefined) {
           open.push(request)
           return
         }
-        // a session closed before its first append never starts a writer (isClosed above)
-        if (writerFiber === undefined) w.startWriter()
         // opened after the start (a writer that ran at once is waiting now): the requests made
         // before the woken writer runs all join this batch
         open = [request]
@@ -290,17 +352,17 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
 
       append(event: CustomEventInput): Effect.Effect<SessionEvent, SessionError.SessionAppendError> {
         // validation and submission in the one op that suspends the caller until the writer resumes it
-        return Effect.async<SessionEvent, SessionError.SessionAppendError>((resume) => {
+        return w.withWriter(Effect.async<SessionEvent, SessionError.SessionAppendError>((resume) => {
           const checked = codec.customInput(event)
           if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
           w.submit({ one: checked.right, resume })
-        })
+        }))
       },
 
       appendAll(
         events: Arr.NonEmptyReadonlyArray<CustomEventInput>
       ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>((resume) => {
+        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
           if (!Array.isArray(events) || events.length === 0) {
             return resume(
               Exit.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
@@ -313,13 +375,13 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
             inputs.push(checked.right)
           }
           w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
-        })
+        }))
       },
 
       appendCore(
         events: Arr.NonEmptyReadonlyArray<CoreEventInput>
       ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError>((resume) => {
+        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
           // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
           const inputs: Array<Input> = []
           for (let i = 0; i < events.length; i++) {
@@ -328,7 +390,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
             inputs.push(checked.right)
           }
           w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
-        })
+        }))
       }
     }
 
@@ -381,7 +443,11 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
       log() {
         return log
       },
-      close
+      close,
+      abandon(reason) {
+        isAbandoned = true
+        w.failPending(Exit.fail(new SessionError.PersistenceError({ reason })))
+      }
     })
     return Effect.as(Scope.addFinalizer(scope, close), session)
   })
