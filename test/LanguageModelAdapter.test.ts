@@ -368,3 +368,141 @@ describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
       ])
     }))
 })
+
+// ---------------------------------------------------------------------------------------------
+// Messages transcripts (test/fixtures/wire/anthropic-*.json)
+// ---------------------------------------------------------------------------------------------
+
+const claude = (overrides: Partial<Model.ModelRequest> = {}) =>
+  request({ provider: "anthropic", model: "claude-test", ...overrides })
+
+describe("LanguageModelAdapter.anthropic (Messages)", () => {
+  it.scoped("MOD-01 MOD-03 MOD-06 MOD-07 streamed text, usage, and the request body the log derives (REQ-03 over the wire)", () =>
+    Effect.gen(function*() {
+      const server = yield* wire.start(wire.transcript("anthropic-text"))
+      const chunks = yield* collect(yield* modelOn("anthropic", server), claude())
+      assert.strictEqual(textOf(chunks), "Hello")
+      assert.deepStrictEqual(finishOf(chunks), {
+        _tag: "Finish",
+        reason: "stop",
+        usage: { inputTokens: 20, outputTokens: 7, cachedInputTokens: 6 }
+      })
+      const [received] = yield* server.received
+      assert.strictEqual(received!.path, "/v1/messages")
+      assert.strictEqual(received!.headers["x-api-key"], secret)
+      assert.strictEqual(received!.headers["anthropic-version"], "2023-06-01")
+      assert.isUndefined(received!.headers["authorization"])
+      assert.deepStrictEqual(received!.body, {
+        model: "claude-test",
+        max_tokens: 256,
+        system: "be brief",
+        messages: [{ role: "user", content: [{ type: "text", text: "hi" }] }],
+        tools: [{ name: "read", description: "Reads a file", input_schema: Tool.toSchema(read).jsonSchema }],
+        stream: true
+      })
+    }))
+
+  it.scoped("MOD-02 MOD-07 reasoning, text and two tool calls whose JSON arrives in fragments keep the raw text", () =>
+    Effect.gen(function*() {
+      const server = yield* wire.start(wire.transcript("anthropic-tools"))
+      const chunks = yield* collect(yield* modelOn("anthropic", server), claude())
+      assert.deepStrictEqual(chunks.filter((c) => c._tag === "ReasoningDelta"), [{ _tag: "ReasoningDelta", text: "need files" }])
+      assert.strictEqual(textOf(chunks), "reading both")
+      assert.deepStrictEqual(callsOf(chunks), [
+        { callId: "toolu_a", name: "read", arguments: "{\"path\": \"a.txt\"}" },
+        { callId: "toolu_b", name: "read", arguments: "{\"path\":\"b.txt\"}" }
+      ])
+      assert.deepStrictEqual(finishOf(chunks), {
+        _tag: "Finish",
+        reason: "tool-calls",
+        usage: { inputTokens: 20, outputTokens: 30, cachedInputTokens: 6 }
+      })
+    }))
+
+  it.scoped("MOD-02 MOD-07 invalid arguments and a call without arguments never fail the stream", () =>
+    Effect.gen(function*() {
+      const server = yield* wire.start(wire.transcript("anthropic-invalid-arguments"))
+      const chunks = yield* collect(yield* modelOn("anthropic", server), claude())
+      assert.deepStrictEqual(callsOf(chunks), [
+        { callId: "toolu_bad", name: "read", arguments: "{\"path\": 1" },
+        { callId: "toolu_none", name: "list", arguments: "{}" }
+      ])
+    }))
+
+  it.scoped("MOD-04 MOD-07 429 Retry-After, 529 overloaded, 401, prompt too long, an error event, a dropped connection", () =>
+    Effect.gen(function*() {
+      const server = yield* wire.start(wire.transcript("anthropic-errors"))
+      const model = yield* modelOn("anthropic", server)
+      const limited = yield* failureOf(model, claude())
+      assert.strictEqual(limited.code, "RATE_LIMITED")
+      assert.deepStrictEqual(limited.retryAfter, Duration.seconds(12))
+      assert.strictEqual((yield* failureOf(model, claude())).code, "PROVIDER")
+      assert.strictEqual((yield* failureOf(model, claude())).code, "AUTH")
+      assert.strictEqual((yield* failureOf(model, claude())).code, "CONTEXT_LENGTH")
+      const event = yield* failureOf(model, claude())
+      assert.strictEqual(event.code, "PROVIDER")
+      assert.include(event.message, "Overloaded")
+      assert.strictEqual((yield* failureOf(model, claude())).code, "NETWORK")
+    }))
+
+  it.scoped("MOD-01 the history maps to Messages turns: tool_use with parsed input, tool_result blocks, merged user turns", () =>
+    Effect.gen(function*() {
+      const server = yield* wire.start(wire.transcript("anthropic-text"))
+      const model = yield* modelOn("anthropic", server, {})
+      const history: ReadonlyArray<Message.Message> = [
+        Message.user("look", { id: "m1" }),
+        {
+          id: "a1" as Message.MessageId,
+          role: "assistant",
+          content: [
+            { type: "reasoning", text: "hmm" },
+            { type: "text", text: "reading" },
+            { type: "tool-call", callId: "c1", name: "read", arguments: "{\"path\": \"a\"}" },
+            { type: "tool-call", callId: "c2", name: "read", arguments: "{\"path\": " }
+          ],
+          source: { kind: "model", provider: "anthropic", model: "claude-test" }
+        },
+        {
+          id: "t1" as Message.MessageId,
+          role: "tool",
+          toolCallId: "c1",
+          toolName: "read",
+          content: [{ type: "text", text: "A" }],
+          isError: false
+        },
+        {
+          id: "t2" as Message.MessageId,
+          role: "tool",
+          toolCallId: "c2",
+          toolName: "read",
+          content: [{ type: "text", text: "invalid arguments" }],
+          isError: true
+        },
+        Message.user("and now?", { id: "m2" })
+      ]
+      yield* collect(model, claude({ messages: history, system: undefined, maxTokens: undefined }))
+      const [received] = yield* server.received
+      const body = received!.body as Record<string, unknown>
+      assert.strictEqual(body["max_tokens"], 4096)
+      assert.notProperty(body, "system")
+      assert.deepStrictEqual(body["messages"], [
+        { role: "user", content: [{ type: "text", text: "look" }] },
+        {
+          role: "assistant",
+          content: [
+            { type: "text", text: "reading" },
+            { type: "tool_use", id: "c1", name: "read", input: { path: "a" } },
+            { type: "tool_use", id: "c2", name: "read", input: {} }
+          ]
+        },
+        {
+          role: "user",
+          content: [
+            { type: "tool_result", tool_use_id: "c1", content: [{ type: "text", text: "A" }] },
+            { type: "tool_result", tool_use_id: "c2", content: [{ type: "text", text: "invalid arguments" }], is_error: true },
+            { type: "text", text: "and now?" }
+          ]
+        }
+      ])
+    }))
+})
