@@ -3,9 +3,11 @@
  * 127.0.0.1 answers Chat Completions and Messages requests from recorded transcripts; the
  * adapter's chunks, errors and the request bodies the server received are checked.
  */
+import type { Response } from "@effect/ai"
+import { AiError, LanguageModel, Tool as AiTool } from "@effect/ai"
 import { FetchHttpClient } from "@effect/platform"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Duration, Effect, Exit, Fiber, Layer, Logger, Redacted, Schema, Stream, TestClock } from "effect"
+import { Chunk, Duration, Effect, Exit, Fiber, Layer, Logger, Option, Redacted, Schema, Stream, TestClock } from "effect"
 import * as LanguageModelAdapter from "../src/LanguageModelAdapter.js"
 import * as Message from "../src/Message.js"
 import type { SessionId } from "../src/Message.js"
@@ -504,5 +506,73 @@ describe("LanguageModelAdapter.anthropic (Messages)", () => {
           ]
         }
       ])
+    }))
+})
+
+// ---------------------------------------------------------------------------------------------
+// Any @effect/ai LanguageModel (a provider package's): where MOD-02 degrades
+// ---------------------------------------------------------------------------------------------
+
+describe("LanguageModelAdapter.layer (any LanguageModel)", () => {
+  /** A provider like the packages: it decodes tool arguments itself and streams no params parts. */
+  const foreign = (parts: ReadonlyArray<Response.StreamPartEncoded>, error?: AiError.AiError) =>
+    LanguageModel.make({
+      generateText: () => Effect.succeed([]),
+      streamText: (options) => {
+        seen.push(options)
+        const out = Stream.fromIterable(parts)
+        return error === undefined ? out : Stream.concat(out, Stream.fail(error))
+      }
+    })
+  const seen: Array<LanguageModel.ProviderOptions> = []
+  const adapted = (model: Effect.Effect<LanguageModel.Service>) =>
+    Effect.flatMap(
+      Layer.build(LanguageModelAdapter.layer().pipe(Layer.provide(Layer.effect(LanguageModel.LanguageModel, model)))),
+      (context) => Effect.provide(Model.Model, context)
+    )
+
+  it.scoped("MOD-01 the LanguageModel in context becomes our Model: prompt, tools with the log's JSON Schema, no tool resolution", () =>
+    Effect.gen(function*() {
+      const model = yield* adapted(foreign([
+        { type: "text-delta", id: "t", delta: "ok" },
+        { type: "tool-call", id: "c1", name: "read", params: { path: "x" } },
+        { type: "finish", reason: "tool-calls", usage: { inputTokens: 3, outputTokens: 4, totalTokens: 7 } }
+      ]))
+      const chunks = yield* collect(model)
+      assert.strictEqual(textOf(chunks), "ok")
+      // no raw text from this provider: the JSON of its parsed parameters (MOD-02 degrades)
+      assert.deepStrictEqual(callsOf(chunks), [{ callId: "c1", name: "read", arguments: "{\"path\":\"x\"}" }])
+      assert.deepStrictEqual(finishOf(chunks), { _tag: "Finish", reason: "tool-calls", usage: { inputTokens: 3, outputTokens: 4 } })
+      const options = seen[seen.length - 1]!
+      const tools: ReadonlyArray<readonly [string, unknown]> = options.tools.map((tool) => [
+        tool.name,
+        AiTool.getJsonSchemaFromSchemaAst(tool.parametersSchema.ast)
+      ])
+      assert.deepStrictEqual(tools, [["read", Tool.toSchema(read).jsonSchema]])
+      assert.deepStrictEqual(options.prompt.content.map((message) => message.role), ["system", "user"])
+    }))
+
+  it.scoped("MOD-02 MOD-04 a provider that fails on malformed arguments degrades to PROVIDER; HTTP errors keep their codes", () =>
+    Effect.gen(function*() {
+      const malformed = yield* adapted(foreign([], new AiError.MalformedOutput({ module: "OpenAiLanguageModel", method: "streamText", description: "bad JSON" })))
+      const error = yield* failureOf(malformed)
+      assert.strictEqual(error.code, "PROVIDER")
+      assert.include(error.message, "did not decode")
+      const limited = yield* adapted(foreign([], new AiError.HttpResponseError({
+        module: "OpenAiClient",
+        method: "streamRequest",
+        reason: "StatusCode",
+        request: { method: "POST", url: "https://api.example/v1", urlParams: [], hash: Option.none(), headers: {} },
+        response: { status: 429, headers: { "retry-after": "3" } },
+        body: "{\"error\":{\"message\":\"slow down\"}}"
+      })))
+      const rate = yield* failureOf(limited)
+      assert.strictEqual(rate.code, "RATE_LIMITED")
+      assert.deepStrictEqual(rate.retryAfter, Duration.seconds(3))
+      const filtered = yield* adapted(foreign([
+        { type: "text-delta", id: "t", delta: "no" },
+        { type: "finish", reason: "content-filter", usage: { inputTokens: 1, outputTokens: 1, totalTokens: 2 } }
+      ]))
+      assert.strictEqual((yield* failureOf(filtered)).code, "CONTENT_FILTER")
     }))
 })

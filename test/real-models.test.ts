@@ -7,7 +7,7 @@
  */
 import { FetchHttpClient } from "@effect/platform"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer, Redacted, Schema } from "effect"
+import { Effect, Layer, Redacted, Schema, Stream } from "effect"
 import * as AgentError from "../src/AgentError.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
@@ -200,5 +200,44 @@ describe("real models through an agent", () => {
         assert.strictEqual(reasons[1].error.code, "NO_ROUTE")
         assert.include(reasons[1].error.message, "\"openai\"")
       }).pipe(Effect.provide(later.context))
+    }))
+
+  it.scoped("MOD-05 CAN-05 MOD-07 cancel during a stalled stream aborts the HTTP request and keeps the text delivered so far", () =>
+    Effect.gen(function*() {
+      const server = yield* wire.start([wire.chatSse([delta({ content: "partial answer" })], "hang")])
+      const rt = yield* runtimeWith(openAiOn(server))
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const { agent } = yield* registry.create({ sessionId: "s", options: { provider: "openai", model: "gpt-test" } })
+        const deltas = yield* agent.subscribe
+        yield* agent.followup(Message.user("hi", { id: "m1" }))
+        const received = yield* server.awaitRequest(1)
+        // the delta reached the agent before the cancel
+        yield* deltas.pipe(Stream.filter((event) => event._tag === "ModelDelta"), Stream.take(1), Stream.runDrain)
+        yield* agent.cancel({ kind: "user" })
+        yield* received.aborted
+        yield* agent.whenIdle
+        const events = yield* agent.session.events
+        const [assistant] = ofType(events, "assistant/message")
+        assert.isTrue(assistant!["interrupted"])
+        assert.deepStrictEqual(assistant!["message"].content, [{ type: "text", text: "partial answer" }])
+        assert.deepStrictEqual(ofType(events, "turn/end").map((e) => e["reason"]), [
+          { kind: "aborted", cause: { kind: "user" } }
+        ])
+      }).pipe(Effect.provide(rt.context))
+    }))
+
+  it.scoped("MOD-05 disposing the agent mid-stream aborts the HTTP request", () =>
+    Effect.gen(function*() {
+      const server = yield* wire.start([wire.chatSse([delta({ content: "partial" })], "hang")])
+      const rt = yield* runtimeWith(openAiOn(server))
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const handle = yield* registry.create({ sessionId: "s", options: { provider: "openai", model: "gpt-test" } })
+        yield* handle.agent.followup(Message.user("hi", { id: "m1" }))
+        const received = yield* server.awaitRequest(1)
+        yield* handle.dispose
+        yield* received.aborted
+      }).pipe(Effect.provide(rt.context))
     }))
 })
