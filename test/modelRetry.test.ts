@@ -38,6 +38,8 @@ describe("modelRetry", () => {
         const info = yield* Queue.take(retries)
         assert.strictEqual(info.attempt, k + 1)
         assert.strictEqual(info.error.code, ["PROVIDER", "NETWORK", "TIMEOUT"][k])
+        // whole milliseconds, so clocks stay integral (event times are integers)
+        assert.isTrue(Number.isInteger(Duration.toMillis(info.delay)))
         const seconds = Duration.toMillis(info.delay) / 1000
         assert.isAtLeast(seconds, expected[k]! * 0.8)
         assert.isAtMost(seconds, expected[k]! * 1.2)

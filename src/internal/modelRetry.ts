@@ -65,7 +65,8 @@ export const backoff = <R>(
     Schedule.whileInput((failure: Failure) => failure.error.retryable),
     Schedule.passthrough,
     Schedule.modifyDelayEffect((failure, delay) => {
-      const wait = failure.error.retryAfter ?? Duration.min(delay, cap)
+      // whole milliseconds: a jittered delay is fractional, and clocks (TestClock too) then stay integral
+      const wait = Duration.millis(Math.ceil(Duration.toMillis(failure.error.retryAfter ?? Duration.min(delay, cap))))
       return Effect.as(onRetry({ attempt: failure.attempt, error: failure.error, delay: wait }), wait)
     })
   )
@@ -88,7 +89,8 @@ export interface RetryOptions<E2, R2, R3> {
  * Runs `attempt` until it succeeds or fails for good (MOD-04). A `ModelError` with a retryable
  * code is retried on {@link backoff}; another code when `decide` answers `"retry"` (at once);
  * either way at most `policy.maxRetries` times. Interruptions, defects and other errors are never
- * retried. The last attempt's error is the one that fails.
+ * retried. The last attempt's error is the one that fails. Only the backoff wait is made
+ * interruptible: `attempt`, `decide` and `onRetry` run with the caller's interruptibility.
  *
  * @internal
  */
@@ -107,8 +109,9 @@ export const retrying = <A, E, R, E2 = never, R2 = never, R3 = never>(
         const error = failure.value
         if (n > options.policy.maxRetries) return exit
         if (error.retryable) {
-          // the driver's wait is the schedule's: it ends (None) when the schedule is done
-          return Effect.matchEffect(driver.next({ error, attempt: n }), {
+          // the driver's wait is the schedule's: it ends (None) when the schedule is done; the wait
+          // is interruptible even when the caller is not (a cancel during a backoff lands at once)
+          return Effect.matchEffect(Effect.interruptible(driver.next({ error, attempt: n })), {
             onFailure: () => exit,
             onSuccess: () => run(n + 1)
           })
