@@ -78,39 +78,9 @@ const delta = (d: Record<string, unknown>, finish: string | null = null) => ({
   model: "gpt-test",
   choices: [{ index: 0, delta: d, finish_reason: finish }]
 })
-const usageChunk = { id: "chatcmpl-1", choices: [], usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, prompt_tokens_details: { cached_tokens: 4 }, completion_tokens_details: { reasoning_tokens: 2 } } }
 
-const chatText = wire.chatSse([
-  delta({ role: "assistant", content: "" }),
-  delta({ content: "Hel" }),
-  delta({ content: "lo" }),
-  delta({}, "stop"),
-  usageChunk
-])
-
-const chatToolFragments = wire.chatSse([
-  delta({ role: "assistant", content: "let me look" }),
-  delta({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "read", arguments: "" } }] }),
-  delta({ tool_calls: [{ index: 0, function: { arguments: "{\"pa" } }] }),
-  delta({ tool_calls: [{ index: 0, function: { arguments: "th\": \"a.txt\"" } }] }),
-  delta({ tool_calls: [{ index: 0, function: { arguments: "}" } }] }),
-  delta({}, "tool_calls"),
-  usageChunk
-])
-
-const chatParallel = wire.chatSse([
-  delta({ tool_calls: [{ index: 0, id: "call_a", type: "function", function: { name: "read", arguments: "{\"path\":" } }] }),
-  delta({ tool_calls: [{ index: 1, id: "call_b", type: "function", function: { name: "read", arguments: "{\"path\":\"b\"}" } }] }),
-  delta({ tool_calls: [{ index: 0, function: { arguments: " \"a\"}" } }] }),
-  delta({}, "tool_calls")
-])
-
-const chatInvalid = wire.chatSse([
-  delta({ tool_calls: [{ index: 0, id: "call_bad", type: "function", function: { name: "read", arguments: "{\"path\": " } }] }),
-  delta({ tool_calls: [{ index: 1, id: "call_unknown", type: "function", function: { name: "nope", arguments: "{}" } }] }),
-  delta({ tool_calls: [{ index: 2, id: "call_num", type: "function", function: { name: "read", arguments: "{\"path\": 1}" } }] }),
-  delta({}, "tool_calls")
-])
+// recorded transcripts (test/fixtures/wire/openai-*.json)
+const chatText = wire.transcript("openai-text")[0]!
 
 describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
   it.scoped("MOD-01 MOD-03 MOD-06 MOD-07 streamed text, usage, and the request body the log derives (REQ-03 over the wire)", () =>
@@ -146,7 +116,7 @@ describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
 
   it.scoped("MOD-02 MOD-07 a tool call whose arguments arrive in several chunks keeps the model's raw text", () =>
     Effect.gen(function*() {
-      const server = yield* wire.start([chatToolFragments])
+      const server = yield* wire.start(wire.transcript("openai-tool-fragments"))
       const chunks = yield* collect(yield* modelOn("openai", server))
       assert.strictEqual(textOf(chunks), "let me look")
       assert.deepStrictEqual(callsOf(chunks), [{ callId: "call_a", name: "read", arguments: "{\"path\": \"a.txt\"}" }])
@@ -155,7 +125,7 @@ describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
 
   it.scoped("MOD-07 two parallel tool calls with interleaved fragments come out in index order", () =>
     Effect.gen(function*() {
-      const server = yield* wire.start([chatParallel])
+      const server = yield* wire.start(wire.transcript("openai-parallel-tools"))
       const chunks = yield* collect(yield* modelOn("openai", server))
       assert.deepStrictEqual(callsOf(chunks), [
         { callId: "call_a", name: "read", arguments: "{\"path\": \"a\"}" },
@@ -165,7 +135,7 @@ describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
 
   it.scoped("MOD-02 MOD-07 invalid JSON, an unknown tool and undecodable arguments never fail the stream", () =>
     Effect.gen(function*() {
-      const server = yield* wire.start([chatInvalid])
+      const server = yield* wire.start(wire.transcript("openai-invalid-arguments"))
       const chunks = yield* collect(yield* modelOn("openai", server))
       assert.deepStrictEqual(callsOf(chunks), [
         { callId: "call_bad", name: "read", arguments: "{\"path\": " },
@@ -176,15 +146,7 @@ describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
 
   it.scoped("MOD-04 MOD-07 429 with Retry-After is RATE_LIMITED with retryAfter; 500 PROVIDER; 401 AUTH; context length", () =>
     Effect.gen(function*() {
-      const server = yield* wire.start([
-        wire.status(429, { error: { message: "Rate limit reached", type: "requests" } }, { "retry-after": "7" }),
-        wire.status(500, { error: { message: "boom" } }),
-        wire.status(401, { error: { message: `Incorrect API key provided: ${secret.slice(0, 10)}***` } }),
-        wire.status(400, {
-          error: { message: "This model's maximum context length is 8192 tokens", code: "context_length_exceeded" }
-        }),
-        wire.status(400, { error: { message: "Unknown parameter: foo" } })
-      ])
+      const server = yield* wire.start(wire.transcript("openai-errors"))
       const model = yield* modelOn("openai", server)
       const limited = yield* failureOf(model)
       assert.strictEqual(limited.code, "RATE_LIMITED")
@@ -205,12 +167,7 @@ describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
 
   it.scoped("MOD-04 MOD-07 a connection dropped mid-stream fails NETWORK; a malformed chunk fails PROVIDER", () =>
     Effect.gen(function*() {
-      const server = yield* wire.start([
-        wire.chatSse([delta({ content: "partial" })], "drop"),
-        { _tag: "Sse", pieces: ["data: {not json\n\n"], end: "end" },
-        wire.chatSse([delta({ content: "cut" })], "end", false),
-        wire.chatSse([{ error: { message: "Overloaded", type: "server_error" } }])
-      ])
+      const server = yield* wire.start(wire.transcript("openai-broken-streams"))
       const model = yield* modelOn("openai", server)
       assert.strictEqual((yield* failureOf(model)).code, "NETWORK")
       const malformed = yield* failureOf(model)
