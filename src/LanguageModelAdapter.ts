@@ -36,6 +36,7 @@ import * as adapter from "./internal/languageModel.js"
 import * as openAiChat from "./internal/openAiChat.js"
 import * as providerHttp from "./internal/providerHttp.js"
 import { collectParts } from "./internal/wireParts.js"
+import type { WireOptions } from "./internal/wireParts.js"
 import { Model } from "./Model.js"
 
 /**
@@ -138,30 +139,48 @@ interface WireConfig {
 const toAiError = (method: string) => (error: ModelError): AiError.AiError =>
   new AiError.UnknownError({ module: "effect-agent/LanguageModelAdapter", method, description: error.message, cause: error })
 
-/** A `LanguageModel` over one wire protocol: `generateText` collects the stream. */
+type WireBody = (options: WireOptions, model: string, maxTokens: number | undefined) => unknown
+
+/** The parts of one request over one wire protocol, given its model and token limit. */
+const wireParts = (
+  config: WireConfig,
+  body: WireBody,
+  parts: typeof openAiChat.parts
+): Effect.Effect<
+  (options: WireOptions, model: string | undefined, maxTokens: number | undefined) => Stream.Stream<
+    Response.StreamPartEncoded,
+    ModelError
+  >,
+  never,
+  HttpClient.HttpClient
+> =>
+  Effect.map(Client.HttpClient, (client) => (options, requested, maxTokens) => {
+    const model = requested ?? config.model
+    if (model === undefined) {
+      return Stream.fail(
+        new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: no model: set one in the options or the request` })
+      )
+    }
+    const events = providerHttp.postEvents(client, {
+      provider: config.provider,
+      url: config.url,
+      headers: config.headers,
+      secret: config.secret,
+      body: body(options, model, maxTokens)
+    })
+    return Stream.mapError(parts(config.provider, events, options.tools), providerHttp.redactError(config.secret))
+  })
+
+/** A `LanguageModel` over one wire protocol (model and `maxTokens` from `RequestSettings`); `generateText` collects the stream. */
 const wireModel = (
   config: WireConfig,
-  body: (options: LanguageModel.ProviderOptions, model: string, maxTokens: number | undefined) => unknown,
+  body: WireBody,
   parts: typeof openAiChat.parts
 ): Effect.Effect<LanguageModel.Service, never, HttpClient.HttpClient> =>
-  Effect.flatMap(Client.HttpClient, (client) => {
+  Effect.flatMap(wireParts(config, body, parts), (request) => {
     const stream = (options: LanguageModel.ProviderOptions): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
-      Stream.unwrap(Effect.map(Effect.serviceOption(adapter.RequestSettings), (settings) => {
-        const model = Option.getOrUndefined(settings)?.model ?? config.model
-        if (model === undefined) {
-          return Stream.fail(
-            new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: no model: set one in the options or the request` })
-          )
-        }
-        const events = providerHttp.postEvents(client, {
-          provider: config.provider,
-          url: config.url,
-          headers: config.headers,
-          secret: config.secret,
-          body: body(options, model, Option.getOrUndefined(settings)?.maxTokens)
-        })
-        return Stream.mapError(parts(config.provider, events, options.tools), providerHttp.redactError(config.secret))
-      }))
+      Stream.unwrap(Effect.map(Effect.serviceOption(adapter.RequestSettings), (settings) =>
+        request(options, Option.getOrUndefined(settings)?.model, Option.getOrUndefined(settings)?.maxTokens)))
     return LanguageModel.make({
       streamText: (options) => Stream.mapError(stream(options), toAiError("streamText")),
       generateText: (options) =>
@@ -172,6 +191,29 @@ const wireModel = (
         )
     })
   })
+
+/**
+ * Our `Model` over one wire protocol: the same parts as its `LanguageModel`, turned into chunks
+ * without decoding each part through `@effect/ai`'s schemas (B13: that decoding was most of the
+ * cost per delta).
+ */
+const wireLayer = (
+  config: Effect.Effect<WireConfig, ConfigError.ConfigError>,
+  body: WireBody,
+  parts: typeof openAiChat.parts,
+  options: AdapterOptions
+): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  Layer.effect(
+    Model,
+    Effect.gen(function*() {
+      const request = yield* wireParts(yield* config, body, parts)
+      const timeouts = timeoutsOf(options)
+      return Model.of({
+        stream: (modelRequest) => adapter.directStreamOf(request, modelRequest, timeouts),
+        ...validatorOf(options.models)
+      })
+    })
+  )
 
 const trimSlash = (url: string) => url.replace(/\/+$/, "")
 
@@ -193,6 +235,9 @@ export interface OpenAiOptions extends AdapterOptions {
   /** Extra request headers (e.g. `OpenAI-Organization`). */
   readonly headers?: Readonly<Record<string, string>> | undefined
 }
+
+const openAiBody = (options: OpenAiOptions): WireBody => (wireOptions, model, maxTokens) =>
+  openAiChat.requestBody(wireOptions, { model, maxTokens, maxTokensField: options.maxTokensField ?? "max_tokens" })
 
 const openAiConfig = (options: OpenAiOptions) =>
   Effect.gen(function*() {
@@ -227,13 +272,7 @@ const openAiConfig = (options: OpenAiOptions) =>
 export const makeOpenAiLanguageModel = (
   options: OpenAiOptions = {}
 ): Effect.Effect<LanguageModel.Service, ConfigError.ConfigError, HttpClient.HttpClient> =>
-  Effect.flatMap(openAiConfig(options), (config) =>
-    wireModel(
-      config,
-      (provider, model, maxTokens) =>
-        openAiChat.requestBody(provider, { model, maxTokens, maxTokensField: options.maxTokensField ?? "max_tokens" }),
-      openAiChat.parts
-    ))
+  Effect.flatMap(openAiConfig(options), (config) => wireModel(config, openAiBody(options), openAiChat.parts))
 
 /**
  * OpenAI Chat Completions as our `Model` (MOD-01, MOD-03): OpenAI, DeepSeek, vLLM, Ollama,
@@ -257,7 +296,7 @@ export const makeOpenAiLanguageModel = (
 export const openAi = (
   options: OpenAiOptions = {}
 ): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
-  Layer.effect(Model, Effect.map(makeOpenAiLanguageModel(options), (model) => make(model, options)))
+  wireLayer(openAiConfig(options), openAiBody(options), openAiChat.parts, options)
 
 /**
  * Options of {@link anthropic}.
@@ -279,6 +318,9 @@ export interface AnthropicOptions extends AdapterOptions {
   /** Extra request headers (e.g. `anthropic-beta`). */
   readonly headers?: Readonly<Record<string, string>> | undefined
 }
+
+const anthropicBody = (options: AnthropicOptions): WireBody => (wireOptions, model, maxTokens) =>
+  anthropicMessages.requestBody(wireOptions, { model, maxTokens, defaultMaxTokens: options.defaultMaxTokens ?? 4096 })
 
 const anthropicConfig = (options: AnthropicOptions) =>
   Effect.gen(function*() {
@@ -313,13 +355,7 @@ const anthropicConfig = (options: AnthropicOptions) =>
 export const makeAnthropicLanguageModel = (
   options: AnthropicOptions = {}
 ): Effect.Effect<LanguageModel.Service, ConfigError.ConfigError, HttpClient.HttpClient> =>
-  Effect.flatMap(anthropicConfig(options), (config) =>
-    wireModel(
-      config,
-      (provider, model, maxTokens) =>
-        anthropicMessages.requestBody(provider, { model, maxTokens, defaultMaxTokens: options.defaultMaxTokens ?? 4096 }),
-      anthropicMessages.parts
-    ))
+  Effect.flatMap(anthropicConfig(options), (config) => wireModel(config, anthropicBody(options), anthropicMessages.parts))
 
 /**
  * Anthropic Messages as our `Model` (MOD-01, MOD-03).
@@ -330,4 +366,4 @@ export const makeAnthropicLanguageModel = (
 export const anthropic = (
   options: AnthropicOptions = {}
 ): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
-  Layer.effect(Model, Effect.map(makeAnthropicLanguageModel(options), (model) => make(model, options)))
+  wireLayer(anthropicConfig(options), anthropicBody(options), anthropicMessages.parts, options)

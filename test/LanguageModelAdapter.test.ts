@@ -509,6 +509,29 @@ describe("LanguageModelAdapter.layer (any LanguageModel)", () => {
       assert.deepStrictEqual(options.prompt.content.map((message) => message.role), ["system", "user"])
     }))
 
+  it.scoped("MOD-01 MOD-02 our Chat Completions and Messages LanguageModels through layer() give the same chunks as openAi()/anthropic()", () =>
+    Effect.gen(function*() {
+      for (const [provider, name] of [["openai", "openai-invalid-arguments"], ["anthropic", "anthropic-tools"]] as const) {
+        const direct = yield* wire.start(wire.transcript(name))
+        const viaLayer = yield* wire.start(wire.transcript(name))
+        const req = provider === "openai" ? request() : claude()
+        const expected = yield* collect(yield* modelOn(provider, direct), req)
+        const languageModel = provider === "openai"
+          ? LanguageModelAdapter.makeOpenAiLanguageModel({ baseUrl: viaLayer.baseUrl, apiKey })
+          : LanguageModelAdapter.makeAnthropicLanguageModel({ baseUrl: viaLayer.baseUrl, apiKey })
+        const context = yield* Layer.build(
+          LanguageModelAdapter.layer().pipe(
+            Layer.provide(Layer.effect(LanguageModel.LanguageModel, languageModel)),
+            Layer.provide(FetchHttpClient.layer)
+          )
+        )
+        const adapted = yield* Effect.provide(Model.Model, context)
+        assert.deepStrictEqual(yield* collect(adapted, req), expected)
+        // the same request went over the wire, model and maxTokens from the request (RequestSettings)
+        assert.deepStrictEqual((yield* viaLayer.received)[0]!.body, (yield* direct.received)[0]!.body)
+      }
+    }))
+
   it.scoped("MOD-02 MOD-04 a provider that fails on malformed arguments degrades to PROVIDER; HTTP errors keep their codes", () =>
     Effect.gen(function*() {
       const malformed = yield* adapted(foreign([], new AiError.MalformedOutput({ module: "OpenAiLanguageModel", method: "streamText", description: "bad JSON" })))

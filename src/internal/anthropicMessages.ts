@@ -11,6 +11,7 @@ import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
 import type { SseEvent } from "./sse.js"
 import * as wire from "./wireParts.js"
+import type { WireOptions } from "./wireParts.js"
 
 /**
  * What one request needs beyond the prompt. Messages requires `max_tokens`: `defaultMaxTokens`
@@ -124,7 +125,7 @@ const toolChoiceOf = (choice: LanguageModel.ToolChoice<string>): Json | undefine
  *
  * @internal
  */
-export const requestBody = (options: LanguageModel.ProviderOptions, settings: MessagesSettings): Json => {
+export const requestBody = (options: WireOptions, settings: MessagesSettings): Json => {
   const { messages, system } = messagesOf(options.prompt)
   const tools = wire.wireTools(options.tools)
   const choice = tools.length > 0 ? toolChoiceOf(options.toolChoice) : undefined

@@ -6,7 +6,8 @@
  *
  * @internal
  */
-import type { Prompt, Toolkit } from "@effect/ai"
+import type { Toolkit } from "@effect/ai"
+import { Prompt } from "@effect/ai"
 import type { AiError, LanguageModel, Response } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
 import { Chunk, Clock, Context, Duration, Effect, Schema, Stream } from "effect"
@@ -16,6 +17,7 @@ import type { FinishReason } from "../SessionEvent.js"
 import { normalizeUsage } from "./modelOutput.js"
 import * as providerHttp from "./providerHttp.js"
 import { optionsKey } from "./wireParts.js"
+import type { WireOptions } from "./wireParts.js"
 
 /**
  * The per-request settings the adapter hands to the wire models (MOD-01): the request's model
@@ -184,7 +186,7 @@ class Assembly {
   private readonly params = new Map<string, { name: string; text: string }>()
   private readonly emitted = new Set<string>()
 
-  onPart(part: Response.StreamPart<AnyTools>): ReadonlyArray<ModelChunk> | ModelError {
+  onPart(part: Response.StreamPart<AnyTools> | Response.StreamPartEncoded): ReadonlyArray<ModelChunk> | ModelError {
     switch (part.type) {
       case "text-delta":
         return part.delta === "" ? [] : [{ _tag: "TextDelta", text: part.delta }]
@@ -205,9 +207,9 @@ class Assembly {
         return [{ _tag: "ToolCall", callId: part.id, name: call.name, arguments: call.text }]
       }
       case "tool-call": {
-        if (this.emitted.has(part.id) || part.providerExecuted) return []
+        if (this.emitted.has(part.id) || part.providerExecuted === true) return []
         this.emitted.add(part.id)
-        const raw = part.metadata[optionsKey]?.["arguments"]
+        const raw = part.metadata?.[optionsKey]?.["arguments"]
         const text = typeof raw === "string" ? raw : this.params.get(part.id)?.text ?? JSON.stringify(part.params)
         return [{ _tag: "ToolCall", callId: part.id, name: part.name, arguments: text }]
       }
@@ -313,6 +315,43 @@ export const streamOf = (
         return Effect.succeed(Chunk.unsafeFromArray(out))
       }),
       Stream.provideService(RequestSettings, { model: request.model, maxTokens: request.maxTokens })
+    )
+    return withTimeouts(chunks, timeouts)
+  })
+
+/**
+ * The wire models' parts as chunks without `LanguageModel`'s decoding of every part (B13): the
+ * same parts, prompt and toolkit as {@link streamOf}, for our own Chat Completions and Messages
+ * models, whose parts are built valid.
+ *
+ * @internal
+ */
+export const directStreamOf = (
+  parts: (options: WireOptions, model: string, maxTokens: number | undefined) => Stream.Stream<
+    Response.StreamPartEncoded,
+    ModelError
+  >,
+  request: ModelRequest,
+  timeouts: Timeouts
+): Stream.Stream<ModelChunk, ModelError> =>
+  Stream.suspend(() => {
+    const assembly = new Assembly()
+    const toolkit = toolkitOf(request.tools)
+    const options: WireOptions = {
+      prompt: Prompt.make(promptOf(request)),
+      tools: Object.values(toolkit.tools),
+      toolChoice: "auto"
+    }
+    const chunks = parts(options, request.model, request.maxTokens).pipe(
+      Stream.mapChunksEffect((chunk) => {
+        const out: Array<ModelChunk> = []
+        for (const part of chunk) {
+          const next = assembly.onPart(part)
+          if (next instanceof ModelError) return Effect.fail(next)
+          for (const item of next) out.push(item)
+        }
+        return Effect.succeed(Chunk.unsafeFromArray(out))
+      })
     )
     return withTimeouts(chunks, timeouts)
   })

@@ -11,6 +11,7 @@ import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
 import type { SseEvent } from "./sse.js"
 import * as wire from "./wireParts.js"
+import type { WireOptions } from "./wireParts.js"
 
 /**
  * What one request needs beyond the prompt.
@@ -109,7 +110,7 @@ const toolChoiceOf = (choice: LanguageModel.ToolChoice<string>): unknown =>
  *
  * @internal
  */
-export const requestBody = (options: LanguageModel.ProviderOptions, settings: ChatSettings): Json => {
+export const requestBody = (options: WireOptions, settings: ChatSettings): Json => {
   const tools = wire.wireTools(options.tools)
   return {
     model: settings.model,

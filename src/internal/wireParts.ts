@@ -5,10 +5,17 @@
  *
  * @internal
  */
-import type { Prompt, Response, Tool } from "@effect/ai"
+import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
 import { Option, Schema } from "effect"
 import { ModelError } from "../AgentError.js"
+
+/**
+ * What the wire models read of `LanguageModel.ProviderOptions`.
+ *
+ * @internal
+ */
+export type WireOptions = Pick<LanguageModel.ProviderOptions, "prompt" | "tools" | "toolChoice">
 
 /**
  * The provider-options key under which the adapter passes the log's raw argument text of a
