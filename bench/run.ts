@@ -31,7 +31,8 @@ const all: ReadonlyArray<() => Promise<{ readonly scenario: Scenario }>> = [
   () => import("./b5.js"),
   () => import("./b6.js"),
   () => import("./b7.js"),
-  () => import("./b8.js")
+  () => import("./b8.js"),
+  () => import("./b13.js")
 ]
 
 const args = process.argv.slice(2)

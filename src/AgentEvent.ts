@@ -4,6 +4,7 @@
  *
  * @since 0.1.0
  */
+import type { Duration } from "effect"
 import { Data } from "effect"
 import type { MessageId, SessionId, UserMessage } from "./Message.js"
 import type { InboxTarget, TurnEndReason } from "./SessionEvent.js"
@@ -51,6 +52,18 @@ export type AgentEvent = Data.TaggedEnum<{
     readonly step: number
     readonly callId: string
     readonly isError: boolean
+  }
+  /**
+   * A failed model request of this step is retried after `delay` (MOD-04; `attempt` counts from 1
+   * for the first retry). Live only, as nothing of the failed attempt is durable: UIs drop the
+   * partial text and reasoning the step streamed so far. (@since 0.2.0)
+   */
+  ModelRetry: Base & {
+    readonly turn: number
+    readonly step: number
+    readonly attempt: number
+    readonly code: string
+    readonly delay: Duration.Duration
   }
   TurnEnded: Base & { readonly turn: number; readonly reason: TurnEndReason }
   AgentError: Base & {

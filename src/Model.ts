@@ -4,9 +4,8 @@
  * @since 0.1.0
  */
 import type { Schema, Scope, Stream } from "effect"
-import { Context, Effect, Layer } from "effect"
-import type { ModelError } from "./AgentError.js"
-import { RouteRefused } from "./AgentError.js"
+import { Context, Effect, Layer, Stream as S } from "effect"
+import { ModelError, RouteRefused } from "./AgentError.js"
 import * as scriptedModel from "./internal/scripted.js"
 import type { Message, SessionId } from "./Message.js"
 import type { FinishReason, JsonRecord, Usage } from "./SessionEvent.js"
@@ -328,4 +327,77 @@ export const layerScripted = (
       Context.make(Model, modelOf(model, options)).pipe(
         Context.add(ScriptedModel, ScriptedModel.of({ requests: model.requests, awaitRequest: model.awaitRequest }))
       ))
+  )
+
+/** The providers a router serves, for messages. */
+const providerList = (providers: ReadonlyArray<string>): string =>
+  providers.length === 0 ? "no provider" : providers.map((name) => JSON.stringify(name)).join(", ")
+
+/**
+ * A model that picks a model by each request's `provider` (MOD-03), e.g. `openai`, `deepseek`
+ * and `anthropic` routes to three provider models. It implements `validateRoute` (PKG-06): an
+ * unknown provider is refused at create (`InvalidAgentOptions`), and a known one asks that
+ * provider's model (when it validates routes, e.g. with a `models` list). `resume` never asks: a
+ * stored session whose provider is gone stays readable and cancellable, and its next request
+ * fails `ModelError{code: "NO_ROUTE"}`. See {@link layerRouter} for the same over layers.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const router = (routes: Readonly<Record<string, Model["Type"]>>): Model["Type"] => {
+  const table = new Map(Object.entries(routes))
+  const served = providerList([...table.keys()])
+  return Model.of({
+    stream: (request) => {
+      const model = table.get(request.provider)
+      return model !== undefined
+        ? model.stream(request)
+        : S.fail(
+          new ModelError({
+            code: "NO_ROUTE",
+            reason: `no model for provider ${JSON.stringify(request.provider)}; this router serves ${served}`
+          })
+        )
+    },
+    validateRoute: (provider, model) => {
+      const target = table.get(provider)
+      if (target === undefined) {
+        return Effect.fail(new RouteRefused({ provider, model, reason: `this router serves ${served}` }))
+      }
+      return target.validateRoute === undefined ? Effect.void : target.validateRoute(provider, model)
+    }
+  })
+}
+
+/**
+ * {@link router} over model layers, one per provider name; each layer is built once, in the
+ * router's scope.
+ *
+ * @example
+ * ```ts
+ * import { FetchHttpClient } from "@effect/platform"
+ * import { Layer } from "effect"
+ * import * as Model from "effect-agent/Model"
+ * import * as LanguageModelAdapter from "effect-agent/LanguageModelAdapter"
+ *
+ * const ModelLive = Model.layerRouter({
+ *   openai: LanguageModelAdapter.openAi(),
+ *   deepseek: LanguageModelAdapter.openAi({ baseUrl: "https://api.deepseek.com/v1" }),
+ *   anthropic: LanguageModelAdapter.anthropic()
+ * }).pipe(Layer.provide(FetchHttpClient.layer))
+ * ```
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerRouter = <E, R>(
+  routes: Readonly<Record<string, Layer.Layer<Model, E, R>>>
+): Layer.Layer<Model, E, R> =>
+  Layer.scoped(
+    Model,
+    Effect.map(
+      Effect.forEach(Object.entries(routes), ([provider, layer]) =>
+        Effect.map(Layer.build(layer), (context) => [provider, Context.get(context, Model)] as const)),
+      (entries) => router(Object.fromEntries(entries))
+    )
   )

@@ -32,11 +32,20 @@ describe("package imports", () => {
       const needs: Record<string, (pkg: string) => boolean> = {
         "FileSessionPersistence.ts": (pkg) => isCore(pkg) || isNodeBuiltin(pkg),
         "NodeFileSessionPersistence.ts": (pkg) => isCore(pkg) || isNodeBuiltin(pkg) || pkg === "@effect/platform-node",
-        "SqlSessionPersistence.ts": (pkg) => isCore(pkg) || isNodeBuiltin(pkg) || pkg === "@effect/sql"
+        "SqlSessionPersistence.ts": (pkg) => isCore(pkg) || isNodeBuiltin(pkg) || pkg === "@effect/sql",
+        // MOD-01: the real-models adapter needs @effect/ai (optional peer) and nothing Node-specific
+        "LanguageModelAdapter.ts": (pkg) => isCore(pkg) || pkg === "@effect/ai"
       }
       for (const [entry, allowed] of Object.entries(needs)) {
         assert.deepStrictEqual(disallowed(fromSources(entry), allowed), [], entry)
       }
+    }))
+
+  it.effect("PKG-01 MOD-01 the LanguageModelAdapter subpath reaches @effect/ai; the index never does", () =>
+    Effect.sync(() => {
+      assert.isTrue(fromSources("LanguageModelAdapter.ts").has("@effect/ai"))
+      assert.isFalse(fromSources("index.ts").has("@effect/ai"))
+      assert.isFalse(fromSources("Model.ts").has("@effect/ai"))
     }))
 
   it.effect("PKG-01 the walk sees every import form (type-only, re-exports, import types, dynamic imports)", () =>

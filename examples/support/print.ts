@@ -5,7 +5,7 @@
  * Not part of the library: examples may print, `src` may not.
  */
 import type { Scope } from "effect"
-import { Console, Effect, Fiber, Stream, SubscriptionRef } from "effect"
+import { Console, Duration, Effect, Fiber, Stream, SubscriptionRef } from "effect"
 import type { Agent, AgentEvent } from "../../src/index.js"
 import { Message } from "../../src/index.js"
 import type { Message as AnyMessage } from "../../src/Message.js"
@@ -57,6 +57,8 @@ export const describeEvent = (event: AgentEvent.AgentEvent): string => {
       return `  tool ${event.name} (${event.callId}) started`
     case "ToolCallFinished":
       return `  tool ${event.callId} finished${event.isError ? " with an error" : ""}`
+    case "ModelRetry":
+      return `  model retry ${event.attempt} after ${event.code} (in ${Duration.format(event.delay)})`
     case "TurnEnded":
       return `turn ${event.turn} ended: ${reasonText(event.reason)}`
     case "AgentError":

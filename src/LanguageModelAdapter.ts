@@ -1,0 +1,369 @@
+/**
+ * Real models (SPEC §16, MOD-01..06): `@effect/ai` language models as the agent loop's `Model`.
+ *
+ * - {@link layer} / {@link make} adapt any `@effect/ai` `LanguageModel` (a provider package's, or
+ *   one of ours) to the model seam.
+ * - {@link openAi} speaks OpenAI **Chat Completions** (`POST {baseUrl}/chat/completions`, SSE), the
+ *   protocol OpenAI and every compatible endpoint share: DeepSeek, vLLM, Ollama, LM Studio via
+ *   `baseUrl` (which includes the version path, e.g. `https://api.deepseek.com/v1`).
+ * - {@link anthropic} speaks Anthropic **Messages** (`POST {baseUrl}/messages`, typed SSE events).
+ *
+ * Both are `LanguageModel`s built with `LanguageModel.make` over `@effect/platform`'s `HttpClient`
+ * (provide one, e.g. `FetchHttpClient.layer`), and keep the model's raw tool-argument text: the log
+ * stores exactly what the model wrote, and arguments that do not parse or do not decode reach the
+ * loop, which answers them `INVALID_ARGUMENTS` so the model can correct itself (MOD-02).
+ *
+ * Where MOD-02 degrades: a provider package that decodes tool arguments itself (e.g.
+ * `@effect/ai-openai`'s `OpenAiLanguageModel`) fails its stream with `MalformedOutput` on
+ * arguments that are not JSON (the adapter maps it to `ModelError{code: "PROVIDER"}`), and when it
+ * streams no `tool-params-*` parts the log stores `JSON.stringify` of its parsed parameters, not
+ * the model's text. Such a provider also takes its model name and token limit from its own layer,
+ * not from the request ({@link RequestSettings} is read only by ours).
+ *
+ * Requires `@effect/ai` 0.37.x (an optional peer of effect-agent).
+ *
+ * @since 0.2.0
+ */
+import type { HttpClient } from "@effect/platform"
+import { HttpClient as Client } from "@effect/platform"
+import type { Response } from "@effect/ai"
+import { AiError, LanguageModel } from "@effect/ai"
+import type { ConfigError } from "effect"
+import { Config, Duration, Effect, Layer, Option, Redacted, Stream } from "effect"
+import { ModelError, RouteRefused } from "./AgentError.js"
+import * as anthropicMessages from "./internal/anthropicMessages.js"
+import * as adapter from "./internal/languageModel.js"
+import * as openAiChat from "./internal/openAiChat.js"
+import * as providerHttp from "./internal/providerHttp.js"
+import { collectParts } from "./internal/wireParts.js"
+import type { WireOptions } from "./internal/wireParts.js"
+import { Model } from "./Model.js"
+
+/**
+ * The per-request settings our wire models read: the request's `model` and `maxTokens` (MOD-01).
+ * The adapter provides them to every request; provide them yourself to call {@link openAi}'s or
+ * {@link anthropic}'s `LanguageModel` directly with another model than its default.
+ *
+ * @since 0.2.0
+ * @category services
+ */
+export const RequestSettings = adapter.RequestSettings
+
+/**
+ * @since 0.2.0
+ * @category services
+ */
+export type RequestSettings = adapter.RequestSettings
+
+/**
+ * How the adapter runs requests.
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export interface AdapterOptions {
+  /** The longest a whole request may take; then it fails `TIMEOUT` (MOD-04). Default 10 minutes. */
+  readonly requestTimeout?: Duration.DurationInput | undefined
+  /** The longest wait for the next chunk of a streaming reply; then it fails `TIMEOUT`. Default 2 minutes. */
+  readonly idleTimeout?: Duration.DurationInput | undefined
+  /**
+   * When set, the model names this model serves: `create` with another model fails
+   * `InvalidAgentOptions` (PKG-06). Unset: any model name is accepted and the provider judges it.
+   */
+  readonly models?: ReadonlyArray<string> | undefined
+}
+
+const timeoutsOf = (options: AdapterOptions | undefined): adapter.Timeouts => ({
+  requestTimeout: Duration.decode(options?.requestTimeout ?? Duration.minutes(10)),
+  idleTimeout: Duration.decode(options?.idleTimeout ?? Duration.minutes(2))
+})
+
+const validatorOf = (models: ReadonlyArray<string> | undefined) =>
+  models === undefined ? {} : {
+    validateRoute: (provider: string, model: string) =>
+      models.includes(model) ? Effect.void : Effect.fail(
+        new RouteRefused({
+          provider,
+          model,
+          reason: `this model serves only ${models.map((name) => JSON.stringify(name)).join(", ")}`
+        })
+      )
+  }
+
+/**
+ * Our `Model` over an `@effect/ai` `LanguageModel` (MOD-01): each request streams with its prompt
+ * (system, user, assistant with tool calls, tool results) and its tools as `@effect/ai` tools
+ * carrying the JSON Schema the log records; tool calls are not resolved by `@effect/ai` (the loop
+ * runs tools); text and reasoning deltas stream as they arrive; failures are `ModelError` codes
+ * (MOD-04); the request and idle timeouts fail `TIMEOUT`.
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const make = (model: LanguageModel.Service, options?: AdapterOptions | undefined): Model["Type"] => {
+  const timeouts = timeoutsOf(options)
+  return Model.of({
+    stream: (request) => adapter.streamOf(model, request, timeouts),
+    ...validatorOf(options?.models)
+  })
+}
+
+/**
+ * The `LanguageModel` in context as our `Model` (see {@link make}).
+ *
+ * @example
+ * ```ts
+ * import { Layer } from "effect"
+ * import * as LanguageModelAdapter from "effect-agent/LanguageModelAdapter"
+ *
+ * // any @effect/ai LanguageModel layer (a provider package's, or one of ours)
+ * declare const LanguageModelLive: Layer.Layer<import("@effect/ai").LanguageModel.LanguageModel>
+ * const ModelLive = LanguageModelAdapter.layer().pipe(Layer.provide(LanguageModelLive))
+ * ```
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layer = (options?: AdapterOptions | undefined): Layer.Layer<Model, never, LanguageModel.LanguageModel> =>
+  Layer.effect(Model, Effect.map(LanguageModel.LanguageModel, (model) => make(model, options)))
+
+/** How one of our wire models reaches its provider. */
+interface WireConfig {
+  readonly provider: string
+  readonly url: string
+  readonly headers: Readonly<Record<string, string>>
+  readonly secret: Redacted.Redacted | undefined
+  readonly model: string | undefined
+}
+
+const toAiError = (method: string) => (error: ModelError): AiError.AiError =>
+  new AiError.UnknownError({ module: "effect-agent/LanguageModelAdapter", method, description: error.message, cause: error })
+
+type WireBody = (options: WireOptions, model: string, maxTokens: number | undefined) => unknown
+
+/** The parts of one request over one wire protocol, given its model and token limit. */
+const wireParts = (
+  config: WireConfig,
+  body: WireBody,
+  parts: typeof openAiChat.parts
+): Effect.Effect<
+  (options: WireOptions, model: string | undefined, maxTokens: number | undefined) => Stream.Stream<
+    Response.StreamPartEncoded,
+    ModelError
+  >,
+  never,
+  HttpClient.HttpClient
+> =>
+  Effect.map(Client.HttpClient, (client) => (options, requested, maxTokens) => {
+    const model = requested ?? config.model
+    if (model === undefined) {
+      return Stream.fail(
+        new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: no model: set one in the options or the request` })
+      )
+    }
+    const events = providerHttp.postEvents(client, {
+      provider: config.provider,
+      url: config.url,
+      headers: config.headers,
+      secret: config.secret,
+      body: body(options, model, maxTokens)
+    })
+    return Stream.mapError(parts(config.provider, events, options.tools), providerHttp.redactError(config.secret))
+  })
+
+/** A `LanguageModel` over one wire protocol (model and `maxTokens` from `RequestSettings`); `generateText` collects the stream. */
+const wireModel = (
+  config: WireConfig,
+  body: WireBody,
+  parts: typeof openAiChat.parts
+): Effect.Effect<LanguageModel.Service, never, HttpClient.HttpClient> =>
+  Effect.flatMap(wireParts(config, body, parts), (request) => {
+    const stream = (options: LanguageModel.ProviderOptions): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
+      Stream.unwrap(Effect.map(Effect.serviceOption(adapter.RequestSettings), (settings) =>
+        request(options, Option.getOrUndefined(settings)?.model, Option.getOrUndefined(settings)?.maxTokens)))
+    return LanguageModel.make({
+      streamText: (options) => Stream.mapError(stream(options), toAiError("streamText")),
+      generateText: (options) =>
+        stream(options).pipe(
+          Stream.runCollect,
+          Effect.map((chunk) => collectParts([...chunk])),
+          Effect.mapError(toAiError("generateText"))
+        )
+    })
+  })
+
+/**
+ * Our `Model` over one wire protocol: the same parts as its `LanguageModel`, turned into chunks
+ * without decoding each part through `@effect/ai`'s schemas (B13: that decoding was most of the
+ * cost per delta).
+ */
+const wireLayer = (
+  config: Effect.Effect<WireConfig, ConfigError.ConfigError>,
+  body: WireBody,
+  parts: typeof openAiChat.parts,
+  options: AdapterOptions
+): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  Layer.effect(
+    Model,
+    Effect.gen(function*() {
+      const request = yield* wireParts(yield* config, body, parts)
+      const timeouts = timeoutsOf(options)
+      return Model.of({
+        stream: (modelRequest) => adapter.directStreamOf(request, modelRequest, timeouts),
+        ...validatorOf(options.models)
+      })
+    })
+  )
+
+const trimSlash = (url: string) => url.replace(/\/+$/, "")
+
+/**
+ * Options of {@link openAi}.
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export interface OpenAiOptions extends AdapterOptions {
+  /** The default model; each agent request names its own (`options.model`). */
+  readonly model?: string | undefined
+  /** The API key; default `OPENAI_API_KEY` from `Config` (none: no `Authorization` header, e.g. Ollama). */
+  readonly apiKey?: Redacted.Redacted | undefined
+  /** The endpoint including its version path; default `OPENAI_BASE_URL`, else `https://api.openai.com/v1`. */
+  readonly baseUrl?: string | undefined
+  /** The body field of `maxTokens`: `max_tokens` (default; every compatible endpoint) or `max_completion_tokens` (OpenAI reasoning models). */
+  readonly maxTokensField?: "max_tokens" | "max_completion_tokens" | undefined
+  /** Extra request headers (e.g. `OpenAI-Organization`). */
+  readonly headers?: Readonly<Record<string, string>> | undefined
+}
+
+const openAiBody = (options: OpenAiOptions): WireBody => (wireOptions, model, maxTokens) =>
+  openAiChat.requestBody(wireOptions, { model, maxTokens, maxTokensField: options.maxTokensField ?? "max_tokens" })
+
+const openAiConfig = (options: OpenAiOptions) =>
+  Effect.gen(function*() {
+    const apiKey = options.apiKey !== undefined
+      ? options.apiKey
+      : Option.getOrUndefined(yield* Config.option(Config.redacted("OPENAI_API_KEY")))
+    const baseUrl = options.baseUrl ?? (yield* Config.string("OPENAI_BASE_URL").pipe(
+      Config.withDefault("https://api.openai.com/v1")
+    ))
+    const config: WireConfig = {
+      provider: "openai",
+      url: `${trimSlash(baseUrl)}/chat/completions`,
+      headers: {
+        accept: "text/event-stream",
+        ...options.headers,
+        ...(apiKey !== undefined ? { authorization: `Bearer ${Redacted.value(apiKey)}` } : {})
+      },
+      secret: apiKey,
+      model: options.model
+    }
+    return config
+  })
+
+/**
+ * A `LanguageModel` speaking OpenAI Chat Completions (MOD-03), configured from the options and
+ * `Config` (`OPENAI_API_KEY`, `OPENAI_BASE_URL`). Streams with `stream_options.include_usage`;
+ * `maxTokens` per request; tool calls keep their raw argument text (MOD-02).
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const makeOpenAiLanguageModel = (
+  options: OpenAiOptions = {}
+): Effect.Effect<LanguageModel.Service, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  Effect.flatMap(openAiConfig(options), (config) => wireModel(config, openAiBody(options), openAiChat.parts))
+
+/**
+ * OpenAI Chat Completions as our `Model` (MOD-01, MOD-03): OpenAI, DeepSeek, vLLM, Ollama,
+ * LM Studio — any compatible endpoint through `baseUrl`.
+ *
+ * @example
+ * ```ts
+ * import { FetchHttpClient } from "@effect/platform"
+ * import { Layer } from "effect"
+ * import * as LanguageModelAdapter from "effect-agent/LanguageModelAdapter"
+ *
+ * // DeepSeek: the key from DEEPSEEK_API_KEY is passed explicitly, the rest is the same protocol
+ * const DeepSeek = LanguageModelAdapter.openAi({ baseUrl: "https://api.deepseek.com/v1" }).pipe(
+ *   Layer.provide(FetchHttpClient.layer)
+ * )
+ * ```
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const openAi = (
+  options: OpenAiOptions = {}
+): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  wireLayer(openAiConfig(options), openAiBody(options), openAiChat.parts, options)
+
+/**
+ * Options of {@link anthropic}.
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export interface AnthropicOptions extends AdapterOptions {
+  /** The default model; each agent request names its own (`options.model`). */
+  readonly model?: string | undefined
+  /** The API key; default `ANTHROPIC_API_KEY` from `Config`. */
+  readonly apiKey?: Redacted.Redacted | undefined
+  /** The endpoint including its version path; default `ANTHROPIC_BASE_URL`, else `https://api.anthropic.com/v1`. */
+  readonly baseUrl?: string | undefined
+  /** `max_tokens` when a request sets no `maxTokens` (Messages requires one). Default 4096. */
+  readonly defaultMaxTokens?: number | undefined
+  /** The `anthropic-version` header. Default `2023-06-01`. */
+  readonly version?: string | undefined
+  /** Extra request headers (e.g. `anthropic-beta`). */
+  readonly headers?: Readonly<Record<string, string>> | undefined
+}
+
+const anthropicBody = (options: AnthropicOptions): WireBody => (wireOptions, model, maxTokens) =>
+  anthropicMessages.requestBody(wireOptions, { model, maxTokens, defaultMaxTokens: options.defaultMaxTokens ?? 4096 })
+
+const anthropicConfig = (options: AnthropicOptions) =>
+  Effect.gen(function*() {
+    const apiKey = options.apiKey !== undefined
+      ? options.apiKey
+      : Option.getOrUndefined(yield* Config.option(Config.redacted("ANTHROPIC_API_KEY")))
+    const baseUrl = options.baseUrl ?? (yield* Config.string("ANTHROPIC_BASE_URL").pipe(
+      Config.withDefault("https://api.anthropic.com/v1")
+    ))
+    const config: WireConfig = {
+      provider: "anthropic",
+      url: `${trimSlash(baseUrl)}/messages`,
+      headers: {
+        accept: "text/event-stream",
+        "anthropic-version": options.version ?? "2023-06-01",
+        ...options.headers,
+        ...(apiKey !== undefined ? { "x-api-key": Redacted.value(apiKey) } : {})
+      },
+      secret: apiKey,
+      model: options.model
+    }
+    return config
+  })
+
+/**
+ * A `LanguageModel` speaking Anthropic Messages (MOD-03), configured from the options and
+ * `Config` (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`).
+ *
+ * @since 0.2.0
+ * @category constructors
+ */
+export const makeAnthropicLanguageModel = (
+  options: AnthropicOptions = {}
+): Effect.Effect<LanguageModel.Service, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  Effect.flatMap(anthropicConfig(options), (config) => wireModel(config, anthropicBody(options), anthropicMessages.parts))
+
+/**
+ * Anthropic Messages as our `Model` (MOD-01, MOD-03).
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const anthropic = (
+  options: AnthropicOptions = {}
+): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  wireLayer(anthropicConfig(options), anthropicBody(options), anthropicMessages.parts, options)

@@ -1,0 +1,312 @@
+/**
+ * The Anthropic Messages wire protocol (MOD-03): `POST {baseUrl}/messages` with `stream: true`,
+ * answered by typed SSE events (`message_start`, `content_block_*`, `message_delta`,
+ * `message_stop`, `ping`, `error`).
+ *
+ * @internal
+ */
+import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
+import { Chunk, Effect, Either, Option, Stream } from "effect"
+import { ModelError } from "../AgentError.js"
+import * as providerHttp from "./providerHttp.js"
+import type { SseEvent } from "./sse.js"
+import * as wire from "./wireParts.js"
+import type { WireOptions } from "./wireParts.js"
+
+/**
+ * What one request needs beyond the prompt. Messages requires `max_tokens`: `defaultMaxTokens`
+ * applies when the request sets none.
+ *
+ * @internal
+ */
+export interface MessagesSettings {
+  readonly model: string
+  readonly maxTokens?: number | undefined
+  readonly defaultMaxTokens: number
+}
+
+type Json = Record<string, unknown>
+type Role = "user" | "assistant"
+
+const userBlocks = (parts: ReadonlyArray<Prompt.UserMessagePart>): Array<Json> =>
+  parts.flatMap((part): Array<Json> =>
+    part.type === "text"
+      ? part.text === "" ? [] : [{ type: "text", text: part.text }]
+      : [{ type: "image", source: { type: "base64", media_type: part.mediaType, data: String(part.data) } }]
+  )
+
+const assistantBlocks = (message: Prompt.AssistantMessage): Array<Json> =>
+  message.content.flatMap((part): Array<Json> => {
+    switch (part.type) {
+      case "text":
+        return part.text === "" ? [] : [{ type: "text", text: part.text }]
+      case "tool-call":
+        // Messages takes `input` as an object: arguments that are not a JSON object are sent as {}
+        return [{
+          type: "tool_use",
+          id: part.id,
+          name: part.name,
+          input: Option.getOrElse(wire.argumentsObject(wire.rawArguments(part)), () => ({}))
+        }]
+      default:
+        // reasoning is not sent back: a thinking block needs the provider's signature
+        return []
+    }
+  })
+
+const resultBlocks = (result: unknown): Array<Json> => {
+  if (!Array.isArray(result)) return [{ type: "text", text: typeof result === "string" ? result : JSON.stringify(result) }]
+  return result.flatMap((part): Array<Json> =>
+    wire.field(part, "type") === "text"
+      ? String(wire.field(part, "text")) === "" ? [] : [{ type: "text", text: String(wire.field(part, "text")) }]
+      : wire.field(part, "type") === "image"
+      ? [{
+        type: "image",
+        source: { type: "base64", media_type: String(wire.field(part, "mediaType")), data: String(wire.field(part, "data")) }
+      }]
+      : []
+  )
+}
+
+/**
+ * The `system` text and `messages` of a Messages request: tool results travel in user turns
+ * (`tool_result` blocks), consecutive turns of one role are merged (the API alternates roles),
+ * empty text blocks and empty turns are left out.
+ *
+ * @internal
+ */
+export const messagesOf = (prompt: Prompt.Prompt): { readonly system: string | undefined; readonly messages: Array<Json> } => {
+  const system: Array<string> = []
+  const messages: Array<{ role: Role; content: Array<Json> }> = []
+  const push = (role: Role, blocks: Array<Json>) => {
+    if (blocks.length === 0) return
+    const last = messages[messages.length - 1]
+    if (last !== undefined && last.role === role) last.content.push(...blocks)
+    else messages.push({ role, content: blocks })
+  }
+  for (const message of prompt.content) {
+    switch (message.role) {
+      case "system":
+        system.push(message.content)
+        break
+      case "user":
+        push("user", userBlocks(message.content))
+        break
+      case "assistant":
+        push("assistant", assistantBlocks(message))
+        break
+      case "tool":
+        push(
+          "user",
+          message.content.map((part) => ({
+            type: "tool_result",
+            tool_use_id: part.id,
+            content: resultBlocks(part.result),
+            ...(part.isFailure ? { is_error: true } : {})
+          }))
+        )
+        break
+    }
+  }
+  return { system: system.length > 0 ? system.join("\n\n") : undefined, messages }
+}
+
+const toolChoiceOf = (choice: LanguageModel.ToolChoice<string>): Json | undefined =>
+  typeof choice === "string"
+    ? choice === "required" ? { type: "any" } : choice === "none" ? { type: "none" } : undefined
+    : "tool" in choice
+    ? { type: "tool", name: choice.tool }
+    : choice.mode === "required"
+    ? { type: "any" }
+    : undefined
+
+/**
+ * The JSON body of a streaming Messages request (REQ-03 over the wire).
+ *
+ * @internal
+ */
+export const requestBody = (options: WireOptions, settings: MessagesSettings): Json => {
+  const { messages, system } = messagesOf(options.prompt)
+  const tools = wire.wireTools(options.tools)
+  const choice = tools.length > 0 ? toolChoiceOf(options.toolChoice) : undefined
+  return {
+    model: settings.model,
+    max_tokens: settings.maxTokens ?? settings.defaultMaxTokens,
+    ...(system !== undefined ? { system } : {}),
+    messages,
+    ...(tools.length > 0
+      ? { tools: tools.map((tool) => ({ name: tool.name, description: tool.description, input_schema: tool.parameters })) }
+      : {}),
+    ...(choice !== undefined ? { tool_choice: choice } : {}),
+    stream: true
+  }
+}
+
+const finishReason = (reason: string | undefined): Response.FinishReason => {
+  switch (reason) {
+    case "end_turn":
+    case "stop_sequence":
+      return "stop"
+    case "tool_use":
+      return "tool-calls"
+    case "max_tokens":
+      return "length"
+    case "refusal":
+      return "content-filter"
+    case "pause_turn":
+      return "pause"
+    default:
+      return "other"
+  }
+}
+
+type Block =
+  | { readonly kind: "text" }
+  | { readonly kind: "reasoning" }
+  | { readonly kind: "tool"; readonly id: string; readonly name: string; text: string; readonly input: unknown }
+  | { readonly kind: "other" }
+
+/** The state of one streamed reply. */
+class MessagesReply {
+  readonly blocks = new Map<number, Block>()
+  stop: string | undefined = undefined
+  stopped = false
+  input: number | undefined = undefined
+  cached: number | undefined = undefined
+  output: number | undefined = undefined
+
+  constructor(readonly provider: string, readonly tools: ReadonlyArray<Tool.Any>) {}
+
+  onEvent(event: SseEvent): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
+    const parsed = providerHttp.parseJson(event.data)
+    if (Option.isNone(parsed) || typeof wire.field(parsed.value, "type") !== "string") {
+      return Either.left(wire.malformed(this.provider, event.data))
+    }
+    const data = parsed.value
+    const out: Array<Response.StreamPartEncoded> = []
+    switch (wire.field(data, "type")) {
+      case "message_start":
+        this.usage(wire.field(wire.field(data, "message"), "usage"))
+        break
+      case "content_block_start":
+        this.onStart(wire.count(wire.field(data, "index")) ?? 0, wire.field(data, "content_block"), out)
+        break
+      case "content_block_delta":
+        this.onDelta(wire.count(wire.field(data, "index")) ?? 0, wire.field(data, "delta"), out)
+        break
+      case "content_block_stop":
+        this.onStop(wire.count(wire.field(data, "index")) ?? 0, out)
+        break
+      case "message_delta": {
+        const reason = wire.field(wire.field(data, "delta"), "stop_reason")
+        if (typeof reason === "string") this.stop = reason
+        this.usage(wire.field(data, "usage"))
+        break
+      }
+      case "message_stop":
+        this.stopped = true
+        break
+      case "error": {
+        const error = wire.field(data, "error")
+        const message = String(wire.field(error, "message") ?? event.data)
+        const code = providerHttp.streamErrorCode(String(wire.field(error, "type") ?? ""), message)
+        return Either.left(new ModelError({ code, reason: `${this.provider}: ${message}` }))
+      }
+    }
+    return Either.right(out)
+  }
+
+  private usage(usage: unknown): void {
+    this.input = wire.count(wire.field(usage, "input_tokens")) ?? this.input
+    this.cached = wire.count(wire.field(usage, "cache_read_input_tokens")) ?? this.cached
+    this.output = wire.count(wire.field(usage, "output_tokens")) ?? this.output
+  }
+
+  private onStart(index: number, block: unknown, out: Array<Response.StreamPartEncoded>): void {
+    switch (wire.field(block, "type")) {
+      case "text": {
+        this.blocks.set(index, { kind: "text" })
+        out.push({ type: "text-start", id: `text-${index}` })
+        const text = wire.field(block, "text")
+        if (typeof text === "string" && text !== "") out.push({ type: "text-delta", id: `text-${index}`, delta: text })
+        break
+      }
+      case "thinking":
+        this.blocks.set(index, { kind: "reasoning" })
+        out.push({ type: "reasoning-start", id: `reasoning-${index}` })
+        break
+      case "tool_use":
+        this.blocks.set(index, {
+          kind: "tool",
+          id: String(wire.field(block, "id") ?? `toolu_${index}`),
+          name: String(wire.field(block, "name") ?? ""),
+          text: "",
+          input: wire.field(block, "input")
+        })
+        break
+      default:
+        this.blocks.set(index, { kind: "other" })
+    }
+  }
+
+  private onDelta(index: number, delta: unknown, out: Array<Response.StreamPartEncoded>): void {
+    const block = this.blocks.get(index)
+    const type = wire.field(delta, "type")
+    if (block?.kind === "text" && type === "text_delta") {
+      out.push({ type: "text-delta", id: `text-${index}`, delta: String(wire.field(delta, "text") ?? "") })
+    } else if (block?.kind === "reasoning" && type === "thinking_delta") {
+      out.push({ type: "reasoning-delta", id: `reasoning-${index}`, delta: String(wire.field(delta, "thinking") ?? "") })
+    } else if (block?.kind === "tool" && type === "input_json_delta") {
+      block.text += String(wire.field(delta, "partial_json") ?? "")
+    }
+  }
+
+  private onStop(index: number, out: Array<Response.StreamPartEncoded>): void {
+    const block = this.blocks.get(index)
+    if (block === undefined) return
+    this.blocks.delete(index)
+    if (block.kind === "text") out.push({ type: "text-end", id: `text-${index}` })
+    else if (block.kind === "reasoning") out.push({ type: "reasoning-end", id: `reasoning-${index}` })
+    else if (block.kind === "tool") {
+      // a call without arguments streams no JSON: its text is the (empty) input it started with
+      const text = block.text === "" ? JSON.stringify(block.input ?? {}) : block.text
+      out.push(...wire.closeCall({ id: block.id, name: block.name, text }, this.tools))
+    }
+  }
+
+  end(): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
+    if (!this.stopped && this.stop === undefined) return Either.left(wire.truncated(this.provider))
+    return Either.right([{
+      type: "finish",
+      reason: finishReason(this.stop),
+      usage: wire.usagePart({ input: this.input, output: this.output, cached: this.cached })
+    }])
+  }
+}
+
+/**
+ * The `@effect/ai` stream parts of a Messages SSE stream; each tool call closes with its block,
+ * with its raw argument text (MOD-02).
+ *
+ * @internal
+ */
+export const parts = (
+  provider: string,
+  events: Stream.Stream<SseEvent, ModelError>,
+  tools: ReadonlyArray<Tool.Any>
+): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
+  Stream.suspend(() => {
+    const reply = new MessagesReply(provider, tools)
+    return events.pipe(
+      Stream.mapChunksEffect((chunk) => {
+        const out: Array<Response.StreamPartEncoded> = []
+        for (const event of chunk) {
+          const step = reply.onEvent(event)
+          if (Either.isLeft(step)) return Either.left(step.left)
+          out.push(...step.right)
+        }
+        return Either.right(Chunk.unsafeFromArray(out))
+      }),
+      Stream.concat(Stream.flatMap(Stream.fromEffect(Effect.suspend(() => reply.end())), Stream.fromIterable))
+    )
+  })

@@ -1,0 +1,201 @@
+/**
+ * What both wire models build their `@effect/ai` output from (MOD-01, MOD-02): the raw
+ * argument text of a prompt's tool call, tool definitions as JSON Schema, and the parts that close
+ * a tool call without ever failing the stream on bad arguments.
+ *
+ * @internal
+ */
+import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
+import { Tool as AiTool } from "@effect/ai"
+import { Option, Schema } from "effect"
+import { ModelError } from "../AgentError.js"
+
+/**
+ * What the wire models read of `LanguageModel.ProviderOptions`.
+ *
+ * @internal
+ */
+export type WireOptions = Pick<LanguageModel.ProviderOptions, "prompt" | "tools" | "toolChoice">
+
+/**
+ * The provider-options key under which the adapter passes the log's raw argument text of a
+ * prompt's tool call (MOD-02), and under which the wire models report a call's raw text.
+ *
+ * @internal
+ */
+export const optionsKey = "effect-agent"
+
+/**
+ * The argument text of a prompt's tool call: the raw text the log stored when the adapter passed
+ * it, else the JSON of its parameters.
+ *
+ * @internal
+ */
+export const rawArguments = (part: Prompt.ToolCallPart): string => {
+  const raw = part.options[optionsKey]?.["arguments"]
+  if (typeof raw === "string") return raw
+  if (typeof part.params === "string") return part.params
+  return JSON.stringify(part.params ?? {})
+}
+
+/**
+ * The JSON object of an argument text, or None when it is not a JSON object.
+ *
+ * @internal
+ */
+export const argumentsObject = (text: string): Option.Option<Record<string, unknown>> => {
+  try {
+    const parsed: unknown = JSON.parse(text)
+    return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)
+      ? Option.some(parsed as Record<string, unknown>)
+      : Option.none()
+  } catch {
+    return Option.none()
+  }
+}
+
+/**
+ * A tool as the wire sees it: its name, description and JSON Schema.
+ *
+ * @internal
+ */
+export interface WireTool {
+  readonly name: string
+  readonly description: string
+  readonly parameters: unknown
+}
+
+/**
+ * The wire form of `@effect/ai` tools (user-defined ones; provider-defined tools are not part of
+ * these protocols).
+ *
+ * @internal
+ */
+export const wireTools = (tools: ReadonlyArray<Tool.Any>): ReadonlyArray<WireTool> =>
+  tools.filter((tool) => AiTool.isUserDefined(tool)).map((tool) => ({
+    name: tool.name,
+    description: tool.description ?? "",
+    parameters: AiTool.getJsonSchemaFromSchemaAst(tool.parametersSchema.ast)
+  }))
+
+/**
+ * The parts that close one streamed tool call: `tool-params-start/delta/end` carrying the raw
+ * text, then a `tool-call` part only when the call names a tool of the request and its arguments
+ * decode with that tool's parameters. A call that would not decode is delivered by its params
+ * parts alone, so `LanguageModel`'s decoding never fails the stream on it (MOD-02): the adapter
+ * builds calls from the params parts and the loop answers bad arguments `INVALID_ARGUMENTS`.
+ *
+ * @internal
+ */
+export const closeCall = (
+  call: { readonly id: string; readonly name: string; readonly text: string },
+  tools: ReadonlyArray<Tool.Any>
+): Array<Response.StreamPartEncoded> => {
+  const parts: Array<Response.StreamPartEncoded> = [
+    { type: "tool-params-start", id: call.id, name: call.name },
+    { type: "tool-params-delta", id: call.id, delta: call.text },
+    { type: "tool-params-end", id: call.id }
+  ]
+  const tool = tools.find((candidate) => candidate.name === call.name)
+  const params = argumentsObject(call.text)
+  if (tool !== undefined && Option.isSome(params)) {
+    const schema = tool.parametersSchema as unknown as Schema.Schema<unknown, unknown>
+    if (Option.isSome(Schema.decodeUnknownOption(schema)(params.value))) {
+      parts.push({
+        type: "tool-call",
+        id: call.id,
+        name: call.name,
+        params: params.value,
+        metadata: { [optionsKey]: { arguments: call.text } }
+      })
+    }
+  }
+  return parts
+}
+
+/**
+ * The encoded usage of `@effect/ai` from token counts (undefined stays undefined).
+ *
+ * @internal
+ */
+export const usagePart = (counts: {
+  readonly input?: number | undefined
+  readonly output?: number | undefined
+  readonly reasoning?: number | undefined
+  readonly cached?: number | undefined
+}): Response.FinishPartEncoded["usage"] => ({
+  inputTokens: counts.input,
+  outputTokens: counts.output,
+  totalTokens: counts.input !== undefined && counts.output !== undefined ? counts.input + counts.output : undefined,
+  ...(counts.reasoning !== undefined ? { reasoningTokens: counts.reasoning } : {}),
+  ...(counts.cached !== undefined ? { cachedInputTokens: counts.cached } : {})
+})
+
+/**
+ * A non-negative integer of a provider's JSON, else undefined.
+ *
+ * @internal
+ */
+export const count = (value: unknown): number | undefined =>
+  typeof value === "number" && Number.isInteger(value) && value >= 0 ? value : undefined
+
+/**
+ * A field of a JSON object (undefined for anything else).
+ *
+ * @internal
+ */
+export const field = (value: unknown, name: string): unknown =>
+  typeof value === "object" && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)[name]
+    : undefined
+
+/**
+ * The failure of a stream that ended before the provider said the reply was complete: the
+ * connection dropped (MOD-04 `NETWORK`, retried).
+ *
+ * @internal
+ */
+export const truncated = (provider: string): ModelError =>
+  new ModelError({ code: "NETWORK", reason: `${provider}: the stream ended before the reply was complete` })
+
+/**
+ * The failure of a data line that is not the JSON the protocol promises (`PROVIDER`).
+ *
+ * @internal
+ */
+export const malformed = (provider: string, data: string): ModelError =>
+  new ModelError({ code: "PROVIDER", reason: `${provider} sent a malformed stream chunk: ${data.slice(0, 200)}` })
+
+/**
+ * `generateText` over a stream: text and reasoning deltas joined per part, tool calls and the
+ * finish kept, params parts dropped.
+ *
+ * @internal
+ */
+export const collectParts = (parts: ReadonlyArray<Response.StreamPartEncoded>): Array<Response.PartEncoded> => {
+  const out: Array<Response.PartEncoded> = []
+  const open = new Map<string, { type: "text" | "reasoning"; text: string }>()
+  for (const part of parts) {
+    switch (part.type) {
+      case "text-start":
+      case "reasoning-start": {
+        const entry = { type: part.type === "text-start" ? "text" as const : "reasoning" as const, text: "" }
+        open.set(part.id, entry)
+        out.push(entry)
+        break
+      }
+      case "text-delta":
+      case "reasoning-delta": {
+        const entry = open.get(part.id)
+        if (entry !== undefined) entry.text += part.delta
+        break
+      }
+      case "tool-call":
+      case "finish":
+      case "response-metadata":
+        out.push(part)
+        break
+    }
+  }
+  return out
+}
