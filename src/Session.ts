@@ -14,7 +14,7 @@ import { sessionId } from "./Message.js"
 import type { InvalidSessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionWriter } from "./SessionPersistence.js"
-import type { CustomEventInput, JsonRecord, SessionEvent, SessionHeader } from "./SessionEvent.js"
+import type { CustomEventInput, JsonRecord, SessionEvent, SessionHeader, Usage } from "./SessionEvent.js"
 import { FORMAT, VERSION } from "./SessionEvent.js"
 import { snapshot } from "./internal/json.js"
 
@@ -54,6 +54,13 @@ export interface Session {
    * @since 0.2.0
    */
   readonly eventsFrom: (seq: number) => Stream.Stream<SessionEvent, SessionError.InvalidEventCursor>
+  /**
+   * The session's token usage (MOD-06): the sums of what its `assistant/message` events recorded,
+   * per field; a field no message reported is absent (unknown, not zero).
+   *
+   * @since 0.2.0
+   */
+  readonly usage: Effect.Effect<Usage>
   /** The model-visible history (SES-03), maintained incrementally. */
   readonly messages: Effect.Effect<ReadonlyArray<Message>>
 }
@@ -123,7 +130,8 @@ export const plan = (options: {
     format: FORMAT,
     version: VERSION,
     id: id.right,
-    createdAt: options.createdAt,
+    // whole milliseconds, as the log stores them (a TestClock may be adjusted by fractions)
+    createdAt: Math.floor(options.createdAt),
     ...(options.parentSession !== undefined ? { parentSession: options.parentSession } : {}),
     seedLength: seed.length,
     meta: meta.value as JsonRecord

@@ -38,6 +38,7 @@ import type { InboxInternal } from "./inbox.js"
 import type { Lock } from "./lock.js"
 import { make as makeLock } from "./lock.js"
 import * as modelOutput from "./modelOutput.js"
+import * as modelRetry from "./modelRetry.js"
 import { core } from "./session.js"
 
 /** @internal */
@@ -614,88 +615,89 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         return concludes
       })
 
-    const callModel = (ctx: TurnContext, step: number, request: ModelRequest) =>
+    /** One attempt of a model request: nothing of a failed attempt is kept (MOD-04). */
+    const attemptModel = (ctx: TurnContext, step: number, request: ModelRequest) =>
       Effect.gen(function*() {
-        let attempt = 0
-        while (true) {
-          attempt++
-          ctx.streamedText = ""
-          ctx.streamedReasoning = ""
-          ctx.streaming = true
-          const calls: Array<{ readonly callId: unknown; readonly name: unknown; readonly arguments: unknown }> = []
-          let finish: Finish | undefined
-          // one Effect per chunk, its elements handled in order: a state update, then its emit
-          const onChunk = (chunk: Chunk.Chunk<ModelChunk>): Effect.Effect<void> => {
-            const items = Chunk.toReadonlyArray(chunk)
-            const from = (start: number): Effect.Effect<void> => {
-              for (let i = start; i < items.length; i++) {
-                const item = items[i]!
-                switch (item._tag) {
-                  case "TextDelta": {
-                    ctx.streamedText += item.text
-                    const next = i + 1
-                    const emitted = deps.emit(
-                      AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "text", text: item.text })
-                    )
-                    return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
-                  }
-                  case "ReasoningDelta": {
-                    ctx.streamedReasoning += item.text
-                    const next = i + 1
-                    const emitted = deps.emit(AgentEvent.ModelDelta({
-                      agent: deps.id,
-                      turn: ctx.turn,
-                      step,
-                      kind: "reasoning",
-                      text: item.text
-                    }))
-                    return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
-                  }
-                  case "ToolCall":
-                    calls.push({ callId: item.callId, name: item.name, arguments: item.arguments })
-                    break
-                  case "Finish":
-                    // DUR-02: only what the log can carry (known usage fields, a known or "other" reason)
-                    finish = { reason: modelOutput.normalizeFinishReason(item.reason), usage: modelOutput.normalizeUsage(item.usage) }
-                    break
+        ctx.streamedText = ""
+        ctx.streamedReasoning = ""
+        ctx.streaming = true
+        const calls: Array<{ readonly callId: unknown; readonly name: unknown; readonly arguments: unknown }> = []
+        let finish: Finish | undefined
+        // one Effect per chunk, its elements handled in order: a state update, then its emit
+        const onChunk = (chunk: Chunk.Chunk<ModelChunk>): Effect.Effect<void> => {
+          const items = Chunk.toReadonlyArray(chunk)
+          const from = (start: number): Effect.Effect<void> => {
+            for (let i = start; i < items.length; i++) {
+              const item = items[i]!
+              switch (item._tag) {
+                case "TextDelta": {
+                  ctx.streamedText += item.text
+                  const next = i + 1
+                  const emitted = deps.emit(
+                    AgentEvent.ModelDelta({ agent: deps.id, turn: ctx.turn, step, kind: "text", text: item.text })
+                  )
+                  return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
                 }
+                case "ReasoningDelta": {
+                  ctx.streamedReasoning += item.text
+                  const next = i + 1
+                  const emitted = deps.emit(AgentEvent.ModelDelta({
+                    agent: deps.id,
+                    turn: ctx.turn,
+                    step,
+                    kind: "reasoning",
+                    text: item.text
+                  }))
+                  return next < items.length ? Effect.flatMap(emitted, () => from(next)) : emitted
+                }
+                case "ToolCall":
+                  calls.push({ callId: item.callId, name: item.name, arguments: item.arguments })
+                  break
+                case "Finish":
+                  // DUR-02: only what the log can carry (known usage fields, a known or "other" reason)
+                  finish = { reason: modelOutput.normalizeFinishReason(item.reason), usage: modelOutput.normalizeUsage(item.usage) }
+                  break
               }
-              return Effect.void
             }
-            return Effect.suspend(() => from(0))
+            return Effect.void
           }
-          // pulled chunk by chunk in a scope (cheaper than `Stream.runForEach*`, same order and finalization)
-          const drained = Effect.scoped(Effect.flatMap(Stream.toPull(deps.model.stream(request)), (pull) => {
-            const loop: Effect.Effect<void, AgentError.ModelError> = Effect.matchEffect(pull, {
-              onFailure: (error) => Option.isNone(error) ? Effect.void : Effect.fail(error.value),
-              onSuccess: (chunk) => Effect.flatMap(onChunk(chunk), () => loop)
-            })
-            return loop
-          }))
-          const exit = yield* Effect.exit(Effect.interruptible(drained))
-          if (Exit.isSuccess(exit)) {
-            ctx.streaming = false
-            return {
-              // DUR-02: call ids the log, the results and the next request can carry
-              calls: modelOutput.normalizeCalls(ctx.turn, step, calls),
-              finish: finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const }
-            }
-          }
-          // interrupted (a cancel): the closers keep what was delivered so far (CAN-05)
-          if (Cause.isInterrupted(exit.cause)) return yield* Effect.failCause(exit.cause)
-          // a failed attempt delivers nothing the model will be shown
-          ctx.streaming = false
-          const failure = Cause.failureOption(exit.cause)
-          if (Option.isNone(failure)) return yield* Effect.failCause(exit.cause)
-          const error = failure.value
-          if (attempt <= maxRetries) {
-            const decision = yield* Effect.interruptible(
-              deps.hooks.runRequestError({ agent: deps.agent(), turn: ctx.turn, step, error, attempt })
-            )
-            if (decision === "retry") continue
-          }
-          return yield* Effect.fail(error)
+          return Effect.suspend(() => from(0))
         }
+        // pulled chunk by chunk in a scope (cheaper than `Stream.runForEach*`, same order and finalization)
+        const drained = Effect.scoped(Effect.flatMap(Stream.toPull(deps.model.stream(request)), (pull) => {
+          const loop: Effect.Effect<void, AgentError.ModelError> = Effect.matchEffect(pull, {
+            onFailure: (error) => Option.isNone(error) ? Effect.void : Effect.fail(error.value),
+            onSuccess: (chunk) => Effect.flatMap(onChunk(chunk), () => loop)
+          })
+          return loop
+        }))
+        const exit = yield* Effect.exit(Effect.interruptible(drained))
+        if (Exit.isSuccess(exit)) {
+          ctx.streaming = false
+          return {
+            // DUR-02: call ids the log, the results and the next request can carry
+            calls: modelOutput.normalizeCalls(ctx.turn, step, calls),
+            finish: finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const }
+          }
+        }
+        // interrupted (a cancel): the closers keep what was delivered so far (CAN-05)
+        if (Cause.isInterrupted(exit.cause)) return yield* Effect.failCause(exit.cause)
+        // a failed attempt delivers nothing the model will be shown
+        ctx.streaming = false
+        return yield* Effect.failCause(exit.cause)
+      })
+
+    /**
+     * MOD-04: retryable codes back off on the Schedule (Retry-After honoured), others retry when
+     * the requestError hooks say so; each retry is announced live as `ModelRetry`.
+     */
+    const callModel = (ctx: TurnContext, step: number, request: ModelRequest) =>
+      modelRetry.retrying(() => attemptModel(ctx, step, request), {
+        policy: { maxRetries },
+        decide: ({ attempt, error }) =>
+          Effect.interruptible(deps.hooks.runRequestError({ agent: deps.agent(), turn: ctx.turn, step, error, attempt })),
+        onRetry: ({ attempt, delay, error }) =>
+          deps.emit(AgentEvent.ModelRetry({ agent: deps.id, turn: ctx.turn, step, attempt, code: error.code, delay }))
       })
 
     /** Opens a step: `step/start` (alone, when nothing enters it). */

@@ -12,6 +12,7 @@ import type { Array as Arr, Clock } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as eventCursor from "./eventCursor.js"
+import * as usage from "./usage.js"
 import * as SessionError from "../SessionError.js"
 import type { CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import type { SessionWriter } from "../SessionPersistence.js"
@@ -219,7 +220,8 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
         }))
 
         const writeBatch = (batch: ReadonlyArray<Request>, then: () => Effect.Effect<void> = next): Effect.Effect<void> => {
-          const time = clock.unsafeCurrentTimeMillis()
+          // whole milliseconds, as the log stores them (a TestClock may be adjusted by fractions)
+          const time = Math.floor(clock.unsafeCurrentTimeMillis())
           const stamped: Array<SessionEvent> = []
           let seq = log.length
           for (let i = 0; i < batch.length; i++) {
@@ -421,7 +423,10 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
       },
       changes: feed.stream,
       subscribe: feed.subscribe,
-      eventsFrom: (seq) => eventCursor.eventsFrom(session, seq)
+      eventsFrom: (seq) => eventCursor.eventsFrom(session, seq),
+      get usage() {
+        return Effect.sync(() => usage.total(log))
+      }
     }
 
     cores.set(session, {

@@ -1,8 +1,4 @@
 /**
- * PENDING the callModel integration (test/model-retry-loop.driver.patch, which the lead applies to
- * src/internal/driver.ts): rename this file to `model-retry-loop.test.ts` with it. Not run until
- * then (vitest runs `*.test.ts`); type-checked with the rest of `test/`.
- *
  * The loop's retry of model requests through a real agent (MOD-04) over the local wire server, on
  * the TestClock: a 429 with Retry-After is retried after exactly that wait and announced live as
  * `ModelRetry`; a connection dropped mid-stream is retried on the backoff and nothing of the
