@@ -10,12 +10,13 @@ import type { Usage } from "../src/SessionEvent.js"
 import { memoryRuntime, route } from "./fixtures/runtime.js"
 
 describe("session usage (MOD-06)", () => {
-  it.scoped("MOD-06 session.usage is the per-field sum of the usage each assistant/message recorded", () =>
+  it.scoped("MOD-06 session.usage is the per-field sum of the usage each assistant/message recorded, also after a resume", () =>
     Effect.gen(function*() {
       const { context } = yield* memoryRuntime([Model.text("one"), Model.text("two, a little longer")])
       yield* Effect.gen(function*() {
         const registry = yield* AgentRegistry
-        const { agent } = yield* registry.create({ sessionId: "usage-1", options: route })
+        const handle = yield* registry.create({ sessionId: "usage-1", options: route })
+        const agent = handle.agent
         assert.deepStrictEqual(yield* agent.session.usage, {})
         for (const text of ["first", "second"]) {
           yield* agent.followup(Message.user(text))
@@ -35,6 +36,10 @@ describe("session usage (MOD-06)", () => {
         assert.strictEqual(usage.outputTokens, sum("outputTokens"))
         assert.isAbove(usage.outputTokens ?? 0, 0)
         assert.strictEqual(usage.reasoningTokens, undefined)
+        // a resume folds the same sums from the stored log
+        yield* handle.dispose
+        const resumed = yield* registry.resume({ sessionId: "usage-1", options: route })
+        assert.deepStrictEqual(yield* resumed.agent.session.usage, usage)
       }).pipe(Effect.provide(context))
     }))
 })

@@ -150,10 +150,12 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     const log: Array<SessionEvent> = options.events.slice()
     const messages: Array<Message> = []
     const turns = new TurnState()
+    let usageSums: usage.Sums | undefined
     for (let i = 0; i < log.length; i++) {
       const event = log[i]!
       history.fold(messages, event)
       turns.fold(event, i + 1)
+      usageSums = usage.add(usageSums, event)
     }
     let eventsSnapshot: ReadonlyArray<SessionEvent> | undefined
     let messagesSnapshot: ReadonlyArray<Message> | undefined
@@ -269,6 +271,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
             log.push(event)
             if (history.fold(messages, event)) messagesSnapshot = undefined
             turns.fold(event, log.length)
+            usageSums = usage.add(usageSums, event)
           }
           eventsSnapshot = undefined
           return Effect.flatMap(feed.publishAll(stamped), () => {
@@ -425,7 +428,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
       subscribe: feed.subscribe,
       eventsFrom: (seq) => eventCursor.eventsFrom(session, seq),
       get usage() {
-        return Effect.sync(() => usage.total(log))
+        return Effect.sync(() => usage.snapshot(usageSums))
       }
     }
 

@@ -1,5 +1,6 @@
 /**
- * MOD-06: a session's token usage, the sum of what its `assistant/message` events recorded.
+ * MOD-06: a session's token usage, the sum of what its `assistant/message` events recorded, kept up
+ * to date as events commit (O(1) per append).
  *
  * @internal
  */
@@ -7,25 +8,29 @@ import type { AssistantMessageLogged, SessionEvent, Usage } from "../SessionEven
 
 type Field = keyof Usage
 
+/** Running sums; made on the first event that reports usage (an idle agent holds none, B2). @internal */
+export type Sums = { -readonly [K in Field]?: number }
+
 const fields: ReadonlyArray<Field> = ["inputTokens", "outputTokens", "reasoningTokens", "cachedInputTokens"]
 
 /**
- * The totals of every usage field any `assistant/message` of `events` reported; a field no message
- * reported is absent (unknown, not zero).
+ * Adds the usage `event` reports, if it is an `assistant/message` that reports one, to `sums`
+ * (made when missing); returns the sums to keep.
  *
  * @internal
  */
-export const total = (events: ReadonlyArray<SessionEvent>): Usage => {
-  const sums: { -readonly [K in Field]?: number } = {}
-  for (const event of events) {
-    if (event.type !== "assistant/message") continue
-    // the codec admits an `assistant/message` only with this shape (DUR-01)
-    const usage = (event as typeof AssistantMessageLogged.Type).data.usage
-    if (usage === undefined) continue
-    for (const field of fields) {
-      const value = usage[field]
-      if (value !== undefined) sums[field] = (sums[field] ?? 0) + value
-    }
+export const add = (sums: Sums | undefined, event: SessionEvent): Sums | undefined => {
+  if (event.type !== "assistant/message") return sums
+  // the codec admits an `assistant/message` only with this shape (DUR-01)
+  const usage = (event as typeof AssistantMessageLogged.Type).data.usage
+  if (usage === undefined) return sums
+  const next = sums ?? {}
+  for (const field of fields) {
+    const value = usage[field]
+    if (value !== undefined) next[field] = (next[field] ?? 0) + value
   }
-  return sums
+  return next
 }
+
+/** What `session.usage` returns: a copy of the sums; a field no message reported is absent. @internal */
+export const snapshot = (sums: Sums | undefined): Usage => (sums === undefined ? {} : { ...sums })
