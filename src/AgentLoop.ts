@@ -466,6 +466,10 @@ export const make: Effect.Effect<
           steer(message) {
             return driver.send(message, "next-step", true)
           },
+          // HOST-03
+          get wake() {
+            return driver.wake
+          },
           inject(message) {
             return driver.send(message, "next-step", false)
           },
