@@ -20,6 +20,7 @@ import * as lease from "./internal/sqlLease.js"
 import { namedSession } from "./internal/jsonl.js"
 import type { ListEntry } from "./internal/listing.js"
 import { unreadable } from "./internal/listing.js"
+import * as hostSqlSummary from "./internal/hostSqlSummary.js"
 import { conflict, decodeEvents, decodeHeader, headerRecord, persistenceError } from "./internal/sqlLog.js"
 import type { EventRow } from "./internal/sqlLog.js"
 import { checkReadable, dialectOf, migrate } from "./internal/sqlSchema.js"
@@ -452,7 +453,9 @@ const make = (options: Options | undefined) =>
         )))
     })
 
-    return SessionPersistence.of({ create, openWrite, read, list, exists, remove })
+    // HOST-04: recovery summaries as a query
+    const summaries = hostSqlSummary.summaries(sql)
+    return SessionPersistence.of({ create, openWrite, read, list, exists, remove, summaries })
   })
 
 /**

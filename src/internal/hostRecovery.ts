@@ -15,8 +15,8 @@ import { emptyState, foldEvent, needsRecovery, summaryOf } from "./hostSummary.j
 
 type Entry = RecoverySummary | UnreadableSession
 
-/** A backend without `summaries`: each listed session read in full and folded. */
-const summariesByReading = (
+/** A backend without `summaries`: each listed session read in full and folded. @internal */
+export const summariesByReading = (
   persistence: SessionPersistence["Type"]
 ): Stream.Stream<Entry, SessionError.PersistenceError> =>
   persistence.list.pipe(
