@@ -315,6 +315,8 @@ export const make = <R>(
             Effect.flatMap(Clock.currentTimeMillis, (at) =>
               Effect.sync(() => {
                 base.lastActive = at
+                // its last subscriber left: a capacity waiter may passivate it now (HOST-02)
+                signalFreed()
               })))
         })
         // HOST-03: what a crash interrupted runs without a new message
@@ -340,6 +342,8 @@ export const make = <R>(
           }
           slots.set(id, { _tag: "Live", hosted })
           lru.set(id, hosted)
+          // a new live agent is likely idle: a capacity waiter may passivate it (HOST-02)
+          signalFreed()
           // forked from this uninterruptible step: the timer itself must be interruptible
           if (canPassivate) yield* FiberMap.run(timers, id, Effect.interruptible(idleTimer(hosted)))
           return yield* Deferred.succeed(done, hosted)
