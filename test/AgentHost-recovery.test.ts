@@ -13,6 +13,8 @@ import * as Model from "../src/Model.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
 import { summariesByReading } from "../src/internal/hostRecovery.js"
+import { emptyState, foldEvent, summaryOf } from "../src/internal/hostSummary.js"
+import type { SessionId } from "../src/Message.js"
 import type { Store } from "./fixtures/host.js"
 import { fileStoreAt, hostOver, sqliteStoreAt } from "./fixtures/host.js"
 import { route } from "./fixtures/runtime.js"
@@ -55,6 +57,33 @@ const idsOf = (events: ReadonlyArray<SessionEvent>) =>
   events.flatMap((event) =>
     event.type === "user/message" ? [(event.data as { message: { id: string } }).message.id] : []
   )
+
+describe("AgentHost summaries", () => {
+  it("HOST-03 HOST-04 v1 splices (no wake field) read as: next-turn waking, next-step not, restored waking", () => {
+    const message = (id: string) => ({ id, role: "user", content: [{ type: "text", text: id }], source: { kind: "user" } })
+    const splice = (target: string, ids: ReadonlyArray<string>, extra: Record<string, unknown> = {}) => ({
+      target,
+      start: 0,
+      removed: [],
+      inserted: ids.map(message),
+      ...extra
+    })
+    const fold = (splices: ReadonlyArray<ReturnType<typeof splice>>) => {
+      const state = emptyState()
+      splices.forEach((data, seq) => foldEvent(state, seq, "agent/inbox/spliced", data, 0))
+      return summaryOf("s" as SessionId, state)
+    }
+    assert.deepInclude(fold([splice("next-step", ["a"])]), { pending: 1, pendingWaking: 0 })
+    assert.deepInclude(fold([splice("next-turn", ["a"])]), { pending: 1, pendingWaking: 1 })
+    assert.deepInclude(fold([splice("next-step", ["a"], { outcome: "restored" })]), { pendingWaking: 1 })
+    assert.deepInclude(fold([splice("next-step", ["a"], { wake: true })]), { pendingWaking: 1 })
+    assert.deepInclude(fold([splice("next-turn", ["a"], { wake: false })]), { pending: 1, pendingWaking: 0 })
+    // splices of the seed are not replayed (INB-05)
+    const seeded = emptyState()
+    foldEvent(seeded, 0, "agent/inbox/spliced", splice("next-turn", ["a"]), 1)
+    assert.deepInclude(summaryOf("s" as SessionId, seeded), { pending: 0 })
+  })
+})
 
 for (const backend of backends) {
   describe(`AgentHost recovery over ${backend.name}`, () => {
