@@ -32,6 +32,7 @@ const all: ReadonlyArray<() => Promise<{ readonly scenario: Scenario }>> = [
   () => import("./b6.js"),
   () => import("./b7.js"),
   () => import("./b8.js"),
+  () => import("./b11.js"),
   () => import("./b13.js")
 ]
 
@@ -55,7 +56,7 @@ const main = async () => {
     log(`# ${scenario.id} took ${((Date.now() - t0) / 1000).toFixed(1)} s`)
   }
   if (rows.length === 0) {
-    log(`no scenario matches ${[...wanted].join(", ")} (B1 … B8)`)
+    log(`no scenario matches ${[...wanted].join(", ")} (B1 … B8, B11, B13)`)
     process.exit(2)
   }
   const markdown = table(rows)

@@ -181,6 +181,15 @@ export interface Agent {
     cause: Exclude<CancelCause, { readonly kind: "disposed" }>,
     options?: { readonly keepInbox?: boolean | undefined }
   ) => Effect.Effect<void, SessionAppendError>
+  /**
+   * Starts a turn when the agent is idle and some pending message (either list) was sent waking
+   * (a follow-up or a steer, not an inject); a no-op otherwise (HOST-03). So input accepted before a
+   * crash or a shutdown runs after resume without a new message; `AgentHost` calls it on every
+   * agent it resumes.
+   *
+   * @since 0.2.0
+   */
+  readonly wake: Effect.Effect<void>
   /** Resolves when no activity remains; never fails. */
   readonly whenIdle: Effect.Effect<void>
   /** Runs `task` exclusively while the agent is idle. */

@@ -655,6 +655,10 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
           steer(message) {
             return driver.send(message, "next-step", true)
           },
+          // HOST-03
+          get wake() {
+            return driver.wake
+          },
           inject(message) {
             return driver.send(message, "next-step", false)
           },

@@ -14,6 +14,7 @@ import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentRuntime from "./AgentRuntime.js"
 import * as fileLock from "./internal/fileLock.js"
 import * as finalizer from "./internal/finalizer.js"
+import * as hostFileSummary from "./internal/hostFileSummary.js"
 import * as jsonl from "./internal/jsonl.js"
 import * as internalOptions from "./internal/options.js"
 import { encode, headerLine } from "./internal/jsonl.js"
@@ -639,7 +640,9 @@ const make = (input: Options) =>
       }))
     })
 
-    return SessionPersistence.of({ create, openWrite, read, list, exists, remove })
+    // HOST-04: recovery summaries from a sidecar index (not fsynced, rebuilt when missing)
+    const { summaries } = hostFileSummary.make({ fs, path, directory })
+    return SessionPersistence.of({ create, openWrite, read, list, exists, remove, summaries })
   })
 
 /**

@@ -133,7 +133,13 @@ export const InboxSpliced = envelope(
     start: Schema.NonNegativeInt,
     removed: Schema.Array(MessageId),
     inserted: Schema.Array(UserMessage),
-    outcome: Schema.optionalWith(Schema.Literal("canceled", "rejected", "restored"), { exact: true })
+    outcome: Schema.optionalWith(Schema.Literal("canceled", "rejected", "restored"), { exact: true }),
+    /**
+     * HOST-03 (format v2): whether the inserted messages were sent waking. Written only when it
+     * differs from what a splice without it means (v1 logs): next-turn waking, next-step not, and
+     * `restored` messages (claimed into a turn a crash interrupted) waking.
+     */
+    wake: Schema.optionalWith(Schema.Boolean, { exact: true })
   })
 )
 

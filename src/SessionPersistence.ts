@@ -152,6 +152,24 @@ export interface UnreadableSession {
 }
 
 /**
+ * What the start-up recovery of `AgentHost` needs to know about a stored session (HOST-04), read
+ * cheaply (a sidecar index for files, a query for SQL) rather than by reading its whole log.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface RecoverySummary {
+  readonly _tag: "RecoverySummary"
+  readonly id: SessionId
+  /** The log ends inside a turn (a crash interrupted it): resume repairs it. */
+  readonly openTurn: boolean
+  /** Pending inbox messages (both lists). */
+  readonly pending: number
+  /** Pending messages that were sent waking (HOST-03). */
+  readonly pendingWaking: number
+}
+
+/**
  * The storage of sessions.
  *
  * @since 0.1.0
@@ -195,6 +213,12 @@ export class SessionPersistence extends Context.Tag("effect-agent/SessionPersist
    */
   readonly list: Stream.Stream<SessionSummary | UnreadableSession, SessionError.PersistenceError>
   readonly exists: (id: SessionId) => Effect.Effect<boolean, SessionError.PersistenceError>
+  /**
+   * HOST-04 (since 0.2.0, optional): a cheap summary of every stored session — an entry that
+   * cannot be summarised is listed as unreadable. A backend without it is read in full by
+   * `AgentHost`'s recovery.
+   */
+  readonly summaries?: Stream.Stream<RecoverySummary | UnreadableSession, SessionError.PersistenceError> | undefined
   /**
    * Deletes a stored session; refuses while a writer holds it. Never deletes another session's
    * data (DUR-07): a stored entry whose header names another session fails `SessionCorrupt` and

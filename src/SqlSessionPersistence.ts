@@ -24,6 +24,7 @@ import * as lease from "./internal/sqlLease.js"
 import { namedSession } from "./internal/jsonl.js"
 import type { ListEntry } from "./internal/listing.js"
 import { unreadable } from "./internal/listing.js"
+import * as hostSqlSummary from "./internal/hostSqlSummary.js"
 import {
   conflict,
   decodeEvents,
@@ -504,7 +505,9 @@ const make = (input: Options | undefined) =>
         )))
     })
 
-    return SessionPersistence.of({ create, openWrite, read, list, exists, remove })
+    // HOST-04: recovery summaries as a query
+    const summaries = hostSqlSummary.summaries(sql)
+    return SessionPersistence.of({ create, openWrite, read, list, exists, remove, summaries })
   })
 
 /**

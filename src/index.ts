@@ -89,3 +89,8 @@ export * as SessionStore from "./SessionStore.js"
  * @since 0.1.0
  */
 export * as Tool from "./Tool.js"
+
+/**
+ * @since 0.2.0
+ */
+export * as AgentHost from "./AgentHost.js"

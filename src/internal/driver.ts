@@ -128,6 +128,8 @@ export interface Driver {
     E | AgentError.AgentBusy | AgentError.AgentCanceled | AgentError.AgentInactive | AgentError.AgentBroken,
     R
   >
+  /** HOST-03: starts a drain when idle and some pending message was sent waking; a no-op otherwise. */
+  readonly wake: Effect.Effect<void>
   /** Publication finished (`true`) or was vetoed (`false`): releases gated senders (PUB-11). */
   readonly open: (published: boolean) => Effect.Effect<void>
   /** Teardown step 1 (LIFE-01/06): refuse new work, cancel with `disposed` keeping the inbox, await convergence. */
@@ -1046,7 +1048,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
       case "Idle": {
         if (!wake) return Effect.as(deps.inbox.insert(target, message, "end"), phase)
         const turn = sessionCore.lastTurn() + 1
-        return deps.inbox.insert(target, message, "end", () => [{ type: "turn/start", data: { turn } }]).pipe(
+        return deps.inbox.insert(target, message, "end", () => [{ type: "turn/start", data: { turn } }], true).pipe(
           Effect.zipRight(h.setStatus("running")),
           Effect.zipRight(Effect.suspend(() => h.request((loopCache ??= buildLoop()).drain(turn)))),
           Effect.map((activity): Phase => ({ _tag: "Running", activity, cause: Option.none(), wakeRequested: false }))
@@ -1057,11 +1059,14 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         // after a cancel, waking input waits for the next turn and is latched to run when the
         // cancelled activity converges (DLV-06, AGT-04)
         if (Option.isSome(phase.cause) && wake) {
-          return Effect.as(deps.inbox.insert("next-turn", message, "end"), { ...phase, wakeRequested: true })
+          return Effect.as(deps.inbox.insert("next-turn", message, "end", undefined, true), {
+            ...phase,
+            wakeRequested: true
+          })
         }
         // a running drain takes it at its next boundary; maintenance latches it (AGT-04)
         return Effect.as(
-          deps.inbox.insert(target, message, "end"),
+          deps.inbox.insert(target, message, "end", undefined, wake),
           wake && phase._tag === "Maintenance" ? { ...phase, wakeRequested: true } : phase
         )
       }
@@ -1080,7 +1085,7 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           const passage = yield* h.awaitGate
           yield* h.ensureUsable
           if (passage === "own-hook") {
-            yield* deps.inbox.insert(target, message, "end")
+            yield* deps.inbox.insert(target, message, "end", undefined, wake)
             if (!wake) return
             // the gate is looked at in the same step as the latch is set: before the creation
             // opens it, the latch is seen by `open`; after (a fiber its hook forked may get here
@@ -1177,6 +1182,18 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         }
         return yield* Effect.failCause(exit.cause)
       })
+    },
+
+    get wake(): Effect.Effect<void> {
+      return Effect.suspend(() =>
+        disposing || Option.isSome(broken) || gateValue !== true || !deps.inbox.hasPendingWaking()
+          ? Effect.void
+          : h.updatePhase((phase) =>
+            phase._tag !== "Idle" || !deps.inbox.hasPendingWaking()
+              ? Effect.succeed(phase)
+              : Effect.map((loopCache ??= buildLoop()).startDrain, Option.getOrElse(() => phase))
+          )
+      )
     },
 
     open(published: boolean) {

@@ -341,8 +341,10 @@ const isCoreData = (type: SessionEvent.CoreType, d: unknown): boolean => {
       if (d.target !== "next-turn" && d.target !== "next-step") return false
       if (!isNat(d.start) || !isArrayOf(d.removed, isMessageId) || !isArrayOf(d.inserted, isUserMessage)) return false
       const outcome = d.outcome
-      if (outcome === undefined) return keyCount(d) === 4
-      return (outcome === "canceled" || outcome === "rejected" || outcome === "restored") && keyCount(d) === 5
+      // HOST-03: the optional `wake` flag (format v2)
+      const keys = d.wake === undefined ? 4 : typeof d.wake === "boolean" ? 5 : -1
+      if (outcome === undefined) return keyCount(d) === keys
+      return (outcome === "canceled" || outcome === "rejected" || outcome === "restored") && keyCount(d) === keys + 1
     }
     case "assistant/message": {
       if (!isPositive(d.turn) || !isPositive(d.step) || !isAssistantMessage(d.message)) return false

@@ -138,6 +138,18 @@ export class Projection {
   }
   private readonly pendingIn = new Map<string, InboxTarget>()
   private readonly settled = new Map<string, Settled>()
+  /** HOST-03: the pending ids that were sent waking. */
+  private readonly waking = new Set<string>()
+
+  /** HOST-03: some pending message (either list) was sent waking. */
+  hasPendingWaking(): boolean {
+    return this.waking.size > 0
+  }
+
+  /** HOST-03: whether a pending id was sent waking. */
+  isWaking(id: string): boolean {
+    return this.waking.has(id)
+  }
 
   /** Where an id stands; a claimed id whose `user/message` is missing reads `entered`. */
   stateOf(id: string): InboxState | undefined {
@@ -211,14 +223,31 @@ export class Projection {
     for (const id of removed) {
       this.pendingIn.delete(id)
       this.settled.set(id, removedAs)
+      this.waking.delete(id)
     }
+    const wake = data.wake ?? wakeByDefault(data)
     for (const message of inserted) {
       this.settled.delete(message.id)
       this.pendingIn.set(message.id, data.target)
+      if (wake) this.waking.add(message.id)
     }
     return undefined
   }
 }
+
+/**
+ * What a splice without a `wake` flag means (HOST-03; every v1 splice): next-turn messages were sent
+ * waking, next-step ones not; `restored` ones had been claimed into a turn, so they were on their way
+ * to the model and run again.
+ *
+ * @internal
+ */
+export const wakeByDefault = (data: { readonly target: InboxTarget; readonly outcome?: string | undefined }) =>
+  data.outcome === "restored" || data.target === "next-turn"
+
+/** The `wake` field of an inserting splice: present only when it differs from the default (HOST-03). */
+const wakeField = (target: InboxTarget, wake: boolean, outcome?: "canceled") =>
+  wake === wakeByDefault({ target, outcome }) ? {} : { wake }
 
 const strict = { onExcessProperty: "error", errors: "first" } as const
 const decodeUserMessage = Schema.decodeUnknownEither(UserMessage, strict)
@@ -306,8 +335,12 @@ export interface InboxInternal extends Inbox {
     target: InboxTarget,
     message: UserMessage,
     position: "end" | "front",
-    extra?: (() => ReadonlyArray<CoreEventInput>) | undefined
+    extra?: (() => ReadonlyArray<CoreEventInput>) | undefined,
+    /** Sent waking (HOST-03): recorded on the splice. Default false (`append`/`prepend` never wake). */
+    wake?: boolean | undefined
   ) => Effect.Effect<void, InsertError>
+  /** HOST-03: some pending message was sent waking (plain read). */
+  readonly hasPendingWaking: () => boolean
   /** The batch a claim would take now (INB-06): at a turn boundary all next-step then at most one next-turn. */
   readonly peek: (boundary: "turn" | "step") => Effect.Effect<ReadonlyArray<UserMessage>>
   /** Claims a peeked batch at step entry (INB-06, INB-07); `None` when `guard()` was false. */
@@ -518,7 +551,8 @@ const insertInto = (
   target: InboxTarget,
   message: UserMessage,
   position: "end" | "front",
-  extra?: (() => ReadonlyArray<CoreEventInput>) | undefined
+  extra?: (() => ReadonlyArray<CoreEventInput>) | undefined,
+  wake = false
 ): Effect.Effect<void, InsertError> =>
   Effect.flatMap(validateMessage(message), (checked) =>
     locked(
@@ -532,7 +566,8 @@ const insertInto = (
             target,
             start: position === "end" ? state.projection.lists[target].length : 0,
             removed: [],
-            inserted: [checked]
+            inserted: [checked],
+            ...wakeField(target, wake)
           }
         }
         return Effect.asVoid(commitEvents(state, extra === undefined ? [splice] : [splice, ...extra()]))
@@ -557,7 +592,9 @@ const replaceIn = Effect.fn("Inbox.replace")(function*(state: InboxCell, id: Mes
             start: projection.indexOf(target, id),
             removed: [id],
             inserted: [checked],
-            outcome: "canceled"
+            outcome: "canceled",
+            // the replacement keeps the wake of what it replaces (HOST-03)
+            ...wakeField(target, projection.isWaking(id), "canceled")
           }
         }]),
         true
@@ -851,9 +888,13 @@ class InboxImpl implements InboxInternal {
     target: InboxTarget,
     message: UserMessage,
     position: "end" | "front",
-    extra?: (() => ReadonlyArray<CoreEventInput>) | undefined
+    extra?: (() => ReadonlyArray<CoreEventInput>) | undefined,
+    wake?: boolean | undefined
   ): Effect.Effect<void, InsertError> {
-    return insertInto(this.cell, target, message, position, extra)
+    return insertInto(this.cell, target, message, position, extra, wake === true)
+  }
+  hasPendingWaking(): boolean {
+    return this.cell.projection.hasPendingWaking()
   }
   peek(boundary: "turn" | "step"): Effect.Effect<ReadonlyArray<UserMessage>> {
     return peekAt(this.cell, boundary)

@@ -1,0 +1,211 @@
+/**
+ * The AgentHost: serving many agents from one process (SPEC §17, HOST-00..05). `host.get(id)`
+ * returns the live agent, else resumes it, else creates it — one activation per id however many
+ * callers ask at once. The host owns what it activates: agents idle for `idleTimeout` are passivated
+ * (disposed, inbox kept) and come back on the next `get`; `maxLive` caps live agents, passivating
+ * the least recently used idle ones first; an agent resumed with pending waking input runs it
+ * (`agent.wake`); with `recover: true` the host brings back, at start, every stored session that a
+ * crash left with an open turn or pending waking input; closing the host drains running turns.
+ *
+ * @since 0.2.0
+ */
+import type { Scope } from "effect"
+import { Context, Duration, Layer, Schema } from "effect"
+import type { Effect } from "effect"
+import type { Agent, AgentOptions, AgentSetup } from "./Agent.js"
+import type * as AgentError from "./AgentError.js"
+import type { AgentRegistry } from "./AgentRegistry.js"
+import * as internal from "./internal/host.js"
+import type { SessionId } from "./Message.js"
+import type { JsonRecord, SessionEvent } from "./SessionEvent.js"
+import type { Session } from "./Session.js"
+
+/**
+ * The host is at `maxLive` with every live agent busy, and no slot freed within
+ * `activationTimeout` (HOST-02).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class HostAtCapacity extends Schema.TaggedError<HostAtCapacity>("effect-agent/HostAtCapacity")(
+  "HostAtCapacity",
+  { id: Schema.String, maxLive: Schema.Number, waitedMillis: Schema.Number }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} was not activated: all ${this.maxLive} live agents of the host are busy ` +
+      `and none became idle within ${this.waitedMillis} ms; retry later, or raise maxLive or activationTimeout`
+  }
+}
+
+/**
+ * The host's Scope is closing or closed: it activates nothing more (HOST-05).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class HostClosed extends Schema.TaggedError<HostClosed>("effect-agent/HostClosed")(
+  "HostClosed",
+  { id: Schema.String }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} was not activated: the host is shutting down; ` +
+      "retry against the host that replaces it"
+  }
+}
+
+/**
+ * The host's `setup` failed while activating an agent; the activation was rolled back (nothing is
+ * live, the stored session is unchanged apart from what resume repaired).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class HostSetupFailed extends Schema.TaggedError<HostSetupFailed>("effect-agent/HostSetupFailed")(
+  "HostSetupFailed",
+  { id: Schema.String, cause: Schema.Defect }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} was not activated: the host's setup failed (see the cause); ` +
+      "fix the setup — the session is intact and the next get retries"
+  }
+}
+
+/**
+ * What `host.get` can fail with.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type GetError =
+  | HostAtCapacity
+  | HostClosed
+  | HostSetupFailed
+  | AgentError.CreateError
+  | AgentError.ResumeError
+
+/**
+ * What `get` creates an agent with when its session is not stored (HOST-01). The host's own
+ * `setup` and `agentOptions` apply to every activation, created or resumed, so an agent comes back
+ * after passivation exactly as it was set up.
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export interface CreateOptions {
+  /** Else the host's `agentOptions`. */
+  readonly options?: AgentOptions | undefined
+  /** Stored in the header. */
+  readonly meta?: JsonRecord | undefined
+  readonly seed?: ReadonlyArray<SessionEvent> | undefined
+  readonly fork?: { readonly from: Session; readonly upTo?: number | undefined } | undefined
+}
+
+/**
+ * The host's options; every field has the default of HOST-00.
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export interface HostOptions<R = never> {
+  /** An agent idle this long is passivated (HOST-02). Default 5 minutes. */
+  readonly idleTimeout?: Duration.DurationInput | undefined
+  /** The most agents live at once (HOST-02). Default 10,000. */
+  readonly maxLive?: number | undefined
+  /** How long `get` waits for a slot when every live agent is busy (HOST-02). Default 30 seconds. */
+  readonly activationTimeout?: Duration.DurationInput | undefined
+  /** How long closing the host lets running turns finish before it cancels them (HOST-05). Default 30 seconds. */
+  readonly drainTimeout?: Duration.DurationInput | undefined
+  /** Bring back, at start, every stored session with an open turn or pending waking input (HOST-04). Default false. */
+  readonly recover?: boolean | undefined
+  /** How many sessions recovery activates at once. Default 16. */
+  readonly recoverConcurrency?: number | undefined
+  /** Call `agent.wake` on every agent the host resumes (HOST-03). Default true. */
+  readonly wakeOnActivate?: boolean | undefined
+  /** The options of every activation (resume: they override the stored route, RES-07). */
+  readonly agentOptions?: AgentOptions | undefined
+  /** Runs for every activation, created or resumed, like `CreateOptions.setup` (tools, hooks, …). */
+  readonly setup?: ((agent: AgentSetup) => Effect.Effect<void, unknown, R | Scope.Scope>) | undefined
+}
+
+/**
+ * What the start-up recovery did (HOST-04).
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface RecoveryReport {
+  /** Sessions that had an open turn or pending waking input, in the order they were found. */
+  readonly candidates: ReadonlyArray<SessionId>
+  /** Those activated (each was woken: its pending waking input runs). */
+  readonly activated: ReadonlyArray<SessionId>
+  /** Those that could not be activated, with the reason (they are left as stored). */
+  readonly failed: ReadonlyArray<{ readonly id: string; readonly error: unknown }>
+}
+
+/**
+ * The host (HOST-01).
+ *
+ * @since 0.2.0
+ * @category services
+ */
+export class AgentHost extends Context.Tag("effect-agent/AgentHost")<AgentHost, {
+  /**
+   * The live agent, else the stored session resumed, else (with `create`) a new agent — one
+   * activation per id for any number of concurrent callers, who all get the same agent. Agents are
+   * owned by the host; what `get` returns is the bare agent (no dispose). Its `events`, `subscribe`
+   * and `statusChanges` count as live subscribers, which keep the agent from passivating (HOST-02).
+   */
+  readonly get: (id: SessionId | string, create?: CreateOptions | undefined) => Effect.Effect<Agent, GetError>
+  /** Passivates a live agent now, whatever it is doing (inbox kept, LIFE-06); false when it was not live. */
+  readonly passivate: (id: SessionId | string) => Effect.Effect<boolean>
+  /** The ids of the live agents, least recently used first. */
+  readonly live: Effect.Effect<ReadonlyArray<SessionId>>
+  /** Completes when the start-up recovery finished (at once without `recover`). */
+  readonly recovery: Effect.Effect<RecoveryReport>
+}>() {}
+
+/**
+ * The host, owned by the layer's Scope: closing it refuses new activations (`HostClosed`), lets
+ * running turns finish for `drainTimeout`, then disposes every agent (turns still running end
+ * `aborted{disposed}` and the model sees the shutdown note next time, PKG-05; inboxes are kept).
+ * Without a `SessionPersistence` in the context agents cannot come back, so the host never
+ * passivates them (`maxLive` still caps them).
+ *
+ * @example
+ * ```ts
+ * import { Effect, Layer } from "effect"
+ * import { AgentHost, Message } from "effect-agent"
+ *
+ * const HostLive = AgentHost.layer({ idleTimeout: "10 minutes", maxLive: 1000, recover: true })
+ *
+ * const handle = (id: string, text: string) =>
+ *   Effect.gen(function*() {
+ *     const host = yield* AgentHost.AgentHost
+ *     const agent = yield* host.get(id, { options: { provider: "openai", model: "gpt-4o-mini" } })
+ *     yield* agent.followup(Message.user(text))
+ *   })
+ * ```
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layer = <R = never>(
+  options?: HostOptions<R> | undefined
+): Layer.Layer<AgentHost, never, AgentRegistry | Exclude<R, Scope.Scope>> =>
+  Layer.scoped(AgentHost, internal.make(options ?? {}))
+
+/**
+ * The defaults of HOST-00.
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export const defaults = {
+  idleTimeout: Duration.minutes(5),
+  maxLive: 10_000,
+  activationTimeout: Duration.seconds(30),
+  drainTimeout: Duration.seconds(30),
+  recover: false,
+  recoverConcurrency: 16,
+  wakeOnActivate: true
+} as const
