@@ -138,17 +138,17 @@ export class Projection {
   }
   private readonly pendingIn = new Map<string, InboxTarget>()
   private readonly settled = new Map<string, Settled>()
-  /** HOST-03: the pending ids that were sent waking. */
-  private readonly waking = new Set<string>()
+  /** HOST-03: the pending ids that were sent waking; made on the first one (an idle agent holds none, B2). */
+  private waking: Set<string> | undefined = undefined
 
   /** HOST-03: some pending message (either list) was sent waking. */
   hasPendingWaking(): boolean {
-    return this.waking.size > 0
+    return this.waking !== undefined && this.waking.size > 0
   }
 
   /** HOST-03: whether a pending id was sent waking. */
   isWaking(id: string): boolean {
-    return this.waking.has(id)
+    return this.waking !== undefined && this.waking.has(id)
   }
 
   /** Where an id stands; a claimed id whose `user/message` is missing reads `entered`. */
@@ -223,13 +223,13 @@ export class Projection {
     for (const id of removed) {
       this.pendingIn.delete(id)
       this.settled.set(id, removedAs)
-      this.waking.delete(id)
+      this.waking?.delete(id)
     }
     const wake = data.wake ?? wakeByDefault(data)
     for (const message of inserted) {
       this.settled.delete(message.id)
       this.pendingIn.set(message.id, data.target)
-      if (wake) this.waking.add(message.id)
+      if (wake) (this.waking ??= new Set()).add(message.id)
     }
     return undefined
   }
