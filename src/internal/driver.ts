@@ -131,6 +131,8 @@ export interface Driver {
   readonly open: (published: boolean) => Effect.Effect<void>
   /** Teardown step 1 (LIFE-01/06): refuse new work, cancel with `disposed` keeping the inbox, await convergence. */
   readonly stop: Effect.Effect<void>
+  /** Never had an activity: `stop` then only refuses new work, in one synchronous step (B1). */
+  readonly neverActive: () => boolean
   readonly isActive: () => boolean
 }
 
@@ -1207,6 +1209,9 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           yield* driver.whenIdle
         })
       })
+    },
+    neverActive() {
+      return phaseLock === undefined
     },
     isActive() {
       return !disposing
