@@ -348,9 +348,9 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
    * (after its creation settled), so an idle agent holds none (B2) and only the steps that apply
    * are added (B1). A step that dies fails the close (every later step still runs); the failures of
    * the stop, scope and writer steps are recorded (LIFE-03). The factory's bookkeeping, the last
-   * step, follows the close.
+   * step, follows the close. Makes the Scope, adds the steps and closes it.
    */
-  const lifecycleOf = (build: Build, publisher: AgentPublisher, failures: Array<Cause.Cause<unknown>>) => {
+  const closeLifecycle = (build: Build, publisher: AgentPublisher, failures: Array<Cause.Cause<unknown>>) => {
     const inOrder: Array<Effect.Effect<void>> = []
     if (build.driver !== undefined) inOrder.push(stopDriver(build.driver, failures))
     const agentScope = build.agentScope
@@ -371,7 +371,7 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
         const step = inOrder[i]!
         added = Effect.zipRight(added, Scope.addFinalizerExit(lifecycle, () => step))
       }
-      return Effect.as(added, lifecycle)
+      return Effect.zipRight(added, Scope.close(lifecycle, Exit.void))
     })
   }
 
@@ -407,21 +407,23 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
   const runTeardown = (build: Build, publisher: AgentPublisher): Effect.Effect<void> =>
     Effect.suspend(() => {
       const failures: Array<Cause.Cause<unknown>> = []
-      const closeLifecycle = Effect.flatMap(
-        Effect.suspend(() => lifecycleOf(build, publisher, failures)),
-        (lifecycle) => Scope.close(lifecycle, Exit.void)
-      )
       // one `Effect.exit` for the whole: a step that dies fails the close, and a defect before it
       // (waiting for the creation, making the Scope) leaves `failures` empty, so `outcomeOf` gives it
       // as it is either way (B1)
-      const steps = build.isSettled ? closeLifecycle : Effect.zipRight(awaitCreation(build), closeLifecycle)
-      return Effect.flatMap(Effect.exit(steps), (result) => {
-        // LIFE-01's last step: the factory's bookkeeping
+      const steps = build.isSettled
+        ? closeLifecycle(build, publisher, failures)
+        : Effect.zipRight(awaitCreation(build), Effect.suspend(() => closeLifecycle(build, publisher, failures)))
+      // LIFE-01's last step: the factory's bookkeeping, whatever the close's exit (one handler, B1)
+      const bookkeeping = (result: Exit.Exit<void>) => {
         live.delete(build)
         settleOutcome(build, outcomeOf(build, result, failures))
         timedOut.delete(build)
         deadlines.delete(build)
         return Scope.close(build.link, Exit.void)
+      }
+      return Effect.matchCauseEffect(steps, {
+        onFailure: (cause) => bookkeeping(Exit.failCause(cause)),
+        onSuccess: () => bookkeeping(Exit.void)
       })
     })
 
