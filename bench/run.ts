@@ -82,7 +82,7 @@ const checkGates = (rows: ReadonlyArray<Row>): { readonly lines: ReadonlyArray<s
     if (value === undefined) continue
     const ok = value <= gate.limit
     met &&= ok
-    lines.push(`gate ${gate.name} ${fmt(value)} ${gate.unit} ≤ ${fmt(gate.limit)} ${ok ? "ok" : "MISSED"}`)
+    lines.push(`gate ${gate.name} ${fmt(value)} ${gate.unit} ≤ ${gate.limit} ${ok ? "ok" : "MISSED"}`)
   }
   return { lines, met }
 }
