@@ -58,7 +58,8 @@ export const scenario: Scenario = {
         unit: "KB/agent",
         notes: `peak heap +${fmtBytes(stat(peaks).median)} while creating` +
           (count > 100 ? `; per agent vs 100 agents: ${fmt(s.median / perSize[100]!)}×` : ""),
-        peer: `≈40 KB → ${fmt(s.median / 1024 / 40)}× (target ≤0.5×)`
+        peer: `≈40 KB → ${fmt(s.median / 1024 / 40)}× (target ≤0.5×)`,
+        extra: { agents: count, kbPerAgent: s.median / 1024 }
       })
     }
     return rows

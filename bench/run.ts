@@ -13,7 +13,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import type { Row, Scenario } from "./harness.js"
-import { hasGc, table } from "./harness.js"
+import { fmt, hasGc, table } from "./harness.js"
 
 if (!hasGc() && process.env["EFFECT_AGENT_BENCH_CHILD"] === undefined) {
   const child = spawnSync(process.execPath, ["--expose-gc", ...process.execArgv, ...process.argv.slice(1)], {
@@ -43,6 +43,52 @@ const wanted = new Set(args.filter((a) => !a.startsWith("--")).map((a) => a.toUp
 
 const log = (line: string) => process.stderr.write(line + "\n")
 
+/** A budget of SPEC §14 (gated in Effect operations, load-independent, and B2's heap per idle agent). */
+interface Gate {
+  readonly name: string
+  readonly limit: number
+  readonly unit: string
+  /** The measured figure among the rows, if the scenario ran. */
+  readonly measure: (rows: ReadonlyArray<Row>) => number | undefined
+}
+
+const extraOf = (id: string, key: string, where?: (row: Row) => boolean) => (rows: ReadonlyArray<Row>) =>
+  rows.find((row) => row.id === id && (where === undefined || where(row)))?.extra?.[key]
+
+const gates: ReadonlyArray<Gate> = [
+  { name: "create+dispose", limit: 240, unit: "ops", measure: extraOf("B1", "operationsPerAgent") },
+  { name: "inject", limit: 80, unit: "ops", measure: extraOf("B3", "operationsPerInject") },
+  { name: "turn", limit: 800, unit: "ops", measure: extraOf("B5", "operationsPerTurn") },
+  // the steady state: the largest population measured (the per-agent figure at 100 carries fixed costs)
+  {
+    name: "heap per idle agent",
+    limit: 20,
+    unit: "KB",
+    measure: (rows) => {
+      const b2 = rows.filter((row) => row.id === "B2" && row.extra?.["agents"] !== undefined)
+      const largest = b2.reduce<Row | undefined>(
+        (acc, row) => (acc === undefined || row.extra!["agents"]! > acc.extra!["agents"]! ? row : acc),
+        undefined
+      )
+      return largest?.extra?.["kbPerAgent"]
+    }
+  }
+]
+
+/** One line per gate whose scenario ran; `false` when one was missed. */
+const checkGates = (rows: ReadonlyArray<Row>): { readonly lines: ReadonlyArray<string>; readonly met: boolean } => {
+  const lines: Array<string> = []
+  let met = true
+  for (const gate of gates) {
+    const value = gate.measure(rows)
+    if (value === undefined) continue
+    const ok = value <= gate.limit
+    met &&= ok
+    lines.push(`gate ${gate.name} ${fmt(value)} ${gate.unit} ≤ ${gate.limit} ${ok ? "ok" : "MISSED"}`)
+  }
+  return { lines, met }
+}
+
 const main = async () => {
   const rows: Array<Row> = []
   const started = Date.now()
@@ -61,6 +107,8 @@ const main = async () => {
   }
   const markdown = table(rows)
   process.stdout.write(markdown + "\n")
+  const gated = checkGates(rows)
+  if (gated.lines.length > 0) process.stdout.write("\n" + gated.lines.join("\n") + "\n")
   const results = {
     date: new Date(started).toISOString(),
     seconds: (Date.now() - started) / 1000,
@@ -72,12 +120,17 @@ const main = async () => {
     quick,
     large,
     rows,
-    markdown
+    markdown,
+    gates: gated.lines
   }
   const directory = path.join(path.dirname(fileURLToPath(import.meta.url)), "results")
   fs.mkdirSync(directory, { recursive: true })
   fs.writeFileSync(path.join(directory, "latest.json"), JSON.stringify(results, null, 2) + "\n")
   log(`wrote ${path.join("bench", "results", "latest.json")} (${results.seconds.toFixed(0)} s)`)
+  if (!gated.met) {
+    log("a budget gate was missed (see the gate lines above)")
+    process.exit(1)
+  }
 }
 
 main().catch((error: unknown) => {

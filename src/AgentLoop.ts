@@ -303,7 +303,10 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
    * interrupts it, when the runtime is released after the teardown timed out (CORE-06).
    */
   const stopDriver = (driver: Driver.Driver, failures: Array<Cause.Cause<unknown>>) =>
-    recorded(failures, Effect.interruptible(driver.stop))
+    Effect.suspend(() =>
+      // a driver that never had an activity has nothing to wait for, and its stop cannot fail (B1)
+      driver.neverActive() ? driver.stop : recorded(failures, Effect.interruptible(driver.stop))
+    )
 
   /** LIFE-01 step 2: setup's resources and child agents are released. */
   const closeAgentScope = (agentScope: Scope.CloseableScope, failures: Array<Cause.Cause<unknown>>) =>
@@ -345,9 +348,9 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
    * (after its creation settled), so an idle agent holds none (B2) and only the steps that apply
    * are added (B1). A step that dies fails the close (every later step still runs); the failures of
    * the stop, scope and writer steps are recorded (LIFE-03). The factory's bookkeeping, the last
-   * step, follows the close.
+   * step, follows the close. Makes the Scope, adds the steps and closes it.
    */
-  const lifecycleOf = (build: Build, publisher: AgentPublisher, failures: Array<Cause.Cause<unknown>>) => {
+  const closeLifecycle = (build: Build, publisher: AgentPublisher, failures: Array<Cause.Cause<unknown>>) => {
     const inOrder: Array<Effect.Effect<void>> = []
     if (build.driver !== undefined) inOrder.push(stopDriver(build.driver, failures))
     const agentScope = build.agentScope
@@ -355,14 +358,20 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
     build.isAgentScopeClosed = true
     if (agentScope !== undefined) inOrder.push(closeAgentScope(agentScope, failures))
     inOrder.push(detachAgent(build, publisher))
-    if (build.sessionEntry !== undefined) inOrder.push(build.sessionEntry.detach)
-    inOrder.push(releaseWriter(build, failures))
+    // LIFE-01's "detach session (the writer is released and the session closed)" is one step, so one
+    // finalizer (B1: a finalizer costs ≈8 Effect operations to add and to run)
+    const writerReleased = releaseWriter(build, failures)
+    inOrder.push(build.sessionEntry === undefined ? writerReleased : Effect.zipRight(build.sessionEntry.detach, writerReleased))
     return Effect.flatMap(Scope.make(ExecutionStrategy.sequential), (lifecycle) => {
-      let added: Effect.Effect<void> = Effect.void
-      for (let i = inOrder.length - 1; i >= 0; i--) {
-        added = Effect.zipRight(added, Scope.addFinalizer(lifecycle, inOrder[i]!))
+      // `addFinalizerExit` (`addFinalizer` wraps each step in an `asVoid`, an operation more per step
+      // when the Scope closes; the steps are `Effect<void>` already; B1), from the last step to the first
+      const last = inOrder[inOrder.length - 1]!
+      let added: Effect.Effect<void> = Scope.addFinalizerExit(lifecycle, () => last)
+      for (let i = inOrder.length - 2; i >= 0; i--) {
+        const step = inOrder[i]!
+        added = Effect.zipRight(added, Scope.addFinalizerExit(lifecycle, () => step))
       }
-      return Effect.as(added, lifecycle)
+      return Effect.zipRight(added, Scope.close(lifecycle, Exit.void))
     })
   }
 
@@ -398,19 +407,23 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
   const runTeardown = (build: Build, publisher: AgentPublisher): Effect.Effect<void> =>
     Effect.suspend(() => {
       const failures: Array<Cause.Cause<unknown>> = []
-      const closeLifecycle = Effect.suspend(() =>
-        Effect.flatMap(
-          lifecycleOf(build, publisher, failures),
-          (lifecycle) => Effect.exit(Scope.close(lifecycle, Exit.void))
-        )
-      )
-      return Effect.flatMap(Effect.exit(Effect.zipRight(awaitCreation(build), closeLifecycle)), (result) => {
-        // LIFE-01's last step: the factory's bookkeeping
+      // one `Effect.exit` for the whole: a step that dies fails the close, and a defect before it
+      // (waiting for the creation, making the Scope) leaves `failures` empty, so `outcomeOf` gives it
+      // as it is either way (B1)
+      const steps = build.isSettled
+        ? closeLifecycle(build, publisher, failures)
+        : Effect.zipRight(awaitCreation(build), Effect.suspend(() => closeLifecycle(build, publisher, failures)))
+      // LIFE-01's last step: the factory's bookkeeping, whatever the close's exit (one handler, B1)
+      const bookkeeping = (result: Exit.Exit<void>) => {
         live.delete(build)
-        settleOutcome(build, Exit.isSuccess(result) ? outcomeOf(build, result.value, failures) : result)
+        settleOutcome(build, outcomeOf(build, result, failures))
         timedOut.delete(build)
         deadlines.delete(build)
         return Scope.close(build.link, Exit.void)
+      }
+      return Effect.matchCauseEffect(steps, {
+        onFailure: (cause) => bookkeeping(Exit.failCause(cause)),
+        onSuccess: () => bookkeeping(Exit.void)
       })
     })
 
@@ -854,7 +867,9 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
         // one finalizer value serves the owner's link and the factory's close (an Effect is a
         // description: it runs once per owner, and the teardown it starts is memoized)
         build.release = ownerFinalizer(build, publisher)
-        return Effect.as(Scope.addFinalizer(link, build.release), build)
+        // `addFinalizerExit`: the release is `Effect<void>` already (`addFinalizer` adds an `asVoid`, B1)
+        const release = build.release
+        return Effect.as(Scope.addFinalizerExit(link, () => release), build)
       }))
 
   /**

@@ -134,6 +134,8 @@ export interface Driver {
   readonly open: (published: boolean) => Effect.Effect<void>
   /** Teardown step 1 (LIFE-01/06): refuse new work, cancel with `disposed` keeping the inbox, await convergence. */
   readonly stop: Effect.Effect<void>
+  /** Never had an activity: `stop` then only refuses new work, in one synchronous step (B1). */
+  readonly neverActive: () => boolean
   readonly isActive: () => boolean
 }
 
@@ -1227,6 +1229,9 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
         })
       })
     },
+    neverActive() {
+      return phaseLock === undefined
+    },
     isActive() {
       return !disposing
     }
@@ -1246,32 +1251,32 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
       () => Effect.catchAllCause(startRequested, (cause) => recoverDead(undefined, cause))
     )))
 
-  /** Starts the requested activity, if one waits, and observes its end (CORE-01). */
-  const startRequested: Effect.Effect<void> = Effect.suspend(() =>
-    Effect.flatMap(
-      h.modifyPhase((current): Effect.Effect<readonly [Activity | undefined, Phase]> => {
-        if (current._tag === "Idle" || current.activity.fiber !== undefined) {
-          return Effect.succeed([undefined, current] as const)
-        }
-        const activity = current.activity
-        // the activity's cancel cause, readable without effects (the claim guard, INB-06)
-        cancelCell = current.cause
-        // the activity starts uninterruptible (forked from this region): an interruption that
-        // arrives before its first instruction still lets it write its closers
-        return Effect.map(
-          Effect.fork(Effect.zipRight(FiberRef.set(currentActivity, activity), activity.work)),
-          (fiber) => {
-            activity.fiber = fiber
-            if (activity.interrupted) fiber.unsafeInterruptAsFork(FiberId.none)
-            return [activity, current] as const
-          }
-        )
-      }),
-      (activity) =>
-        activity === undefined
-          ? Effect.void
-          : Effect.flatMap(Effect.interruptible(Fiber.await(activity.fiber!)), (exit) => afterActivity(activity, exit))
-    ))
+  /**
+   * Starts the requested activity, if one waits, and observes its end (CORE-01). Without the state
+   * lock (turn gate, B5: taking it here cost 30 Effect operations per turn, 808 > 800): only this
+   * fiber starts activities and only a started activity settles, so the requested one cannot change
+   * meanwhile; a cancel that comes meanwhile marks it `interrupted` (seen below, after the fork) and
+   * records its cause in the phase, which is read again once the fiber exists.
+   */
+  const startRequested: Effect.Effect<void> = Effect.suspend(() => {
+    const requested = phase
+    if (requested._tag === "Idle" || requested.activity.fiber !== undefined) return Effect.void
+    const activity = requested.activity
+    // the activity's cancel cause, readable without effects (the claim guard, INB-06)
+    cancelCell = requested.cause
+    // the activity starts uninterruptible (forked from this uninterruptible fiber): an interruption
+    // that arrives before its first instruction still lets it write its closers
+    return Effect.flatMap(
+      Effect.fork(Effect.zipRight(FiberRef.set(currentActivity, activity), activity.work)),
+      (fiber) => {
+        activity.fiber = fiber
+        const current = phase
+        if (current._tag !== "Idle" && current.activity === activity) cancelCell = current.cause
+        if (activity.interrupted) fiber.unsafeInterruptAsFork(FiberId.none)
+        return Effect.flatMap(Effect.interruptible(Fiber.await(fiber)), (exit) => afterActivity(activity, exit))
+      }
+    )
+  })
 
   /**
    * An activity settles the phase before it ends. One that ended without (it died — a defect in
