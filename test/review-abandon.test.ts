@@ -1,0 +1,226 @@
+/**
+ * An Effect-native core (SPEC §14): scoped fibers whose defects are observed (CORE-01), the
+ * teardown as a Scope's finalizers (CORE-02), bounded teardown (CORE-06), self-deadlocks that never
+ * hang (CORE-07).
+ */
+import { assert, describe, it } from "@effect/vitest"
+import type { Array as Arr } from "effect"
+import {
+  Cause,
+  Clock,
+  Context,
+  Deferred,
+  Effect,
+  Either,
+  Exit,
+  Fiber,
+  FiberRef,
+  Layer,
+  Option,
+  Schema,
+  Scope,
+  TestClock
+} from "effect"
+import * as AgentError from "../src/AgentError.js"
+import * as AgentLoop from "../src/AgentLoop.js"
+import type { AgentPublisher } from "../src/AgentRegistry.js"
+import { AgentRegistry } from "../src/AgentRegistry.js"
+import * as AgentRegistryModule from "../src/AgentRegistry.js"
+import * as Inbox from "../src/Inbox.js"
+import * as internalRegistry from "../src/internal/agentRegistry.js"
+import * as Message from "../src/Message.js"
+import * as Model from "../src/Model.js"
+import * as Session from "../src/Session.js"
+import * as SessionError from "../src/SessionError.js"
+import { SessionPersistence } from "../src/SessionPersistence.js"
+import * as SessionPersistenceModule from "../src/SessionPersistence.js"
+import { SessionStore } from "../src/SessionStore.js"
+import * as SessionStoreModule from "../src/SessionStore.js"
+import type { SessionEvent } from "../src/SessionEvent.js"
+import * as Tool from "../src/Tool.js"
+import { makeRuntime, route } from "./fixtures/runtime.js"
+import { recordingWriter } from "./fixtures/writers.js"
+
+const planFor = (id: string) => {
+  const planned = Session.plan({ id, createdAt: 0 })
+  if (Either.isLeft(planned)) throw new Error("bad plan")
+  return planned.right
+}
+
+/** The messages of the defects of a cause. */
+const defectMessages = (cause: Cause.Cause<unknown>) =>
+  Array.from(Cause.defects(cause), (d) => (d instanceof Error ? d.message : String(d)))
+
+/** A clock whose synchronous reads throw: the session writer stamps each batch with one. */
+const explodingClock = (base: Clock.Clock): Clock.Clock => ({
+  [Clock.ClockTypeId]: Clock.ClockTypeId,
+  unsafeCurrentTimeMillis: () => {
+    throw new Error("clock exploded")
+  },
+  unsafeCurrentTimeNanos: () => base.unsafeCurrentTimeNanos(),
+  currentTimeMillis: base.currentTimeMillis,
+  currentTimeNanos: base.currentTimeNanos,
+  sleep: (duration) => base.sleep(duration)
+})
+
+/**
+ * A runtime whose persistence stalls the first batch holding a `request/config` (the model request
+ * of a turn) until `gate` opens; `released` completes when a writer of it was released. The
+ * AgentLoop has `teardownTimeout` of 5 seconds.
+ */
+const stallingRuntime = Effect.gen(function*() {
+  const storage = yield* SessionPersistenceModule.makeMemoryStorage
+  const model = yield* Model.scripted([Model.text("hello"), Model.text("again")])
+  const gate = yield* Deferred.make<void>()
+  const reached = yield* Deferred.make<void>()
+  const released = yield* Deferred.make<void>()
+  const persistence = Layer.effect(
+    SessionPersistence,
+    Effect.map(SessionPersistence, (inner) =>
+      SessionPersistence.of({
+        ...inner,
+        // added before the writer is acquired, so it runs after the writer's release
+        create: (header) =>
+          Effect.zipRight(
+            Effect.addFinalizer(() => Deferred.succeed(released, undefined)),
+            Effect.map(inner.create(header), (writer) => ({
+              ...writer,
+              append: (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
+                events.some((event) => event.type === "request/config" || event.type === "test/stall")
+                  ? Deferred.succeed(reached, undefined).pipe(
+                    Effect.zipRight(Deferred.await(gate)),
+                    Effect.zipRight(writer.append(events))
+                  )
+                  : writer.append(events)
+            }))
+          )
+      }))
+  ).pipe(Layer.provide(SessionPersistenceModule.layerMemory(storage)))
+  const services = AgentLoop.layerWith({ teardownTimeout: "5 seconds" }).pipe(
+    Layer.provideMerge(
+      Layer.mergeAll(AgentRegistryModule.layer, SessionStoreModule.layer, Tool.layerGlobal, Tool.layerGlobalHooks)
+    ),
+    Layer.provideMerge(persistence),
+    Layer.provide(model.layer)
+  )
+  const scope = yield* Scope.make()
+  yield* Effect.addFinalizer(() => Deferred.succeed(gate, undefined))
+  const context = yield* Layer.buildWithScope(services, scope)
+  return {
+    storage,
+    context,
+    close: Scope.close(scope, Exit.void),
+    reached: Deferred.await(reached),
+    open: Deferred.succeed(gate, undefined),
+    released: Deferred.await(released)
+  }
+})
+
+/** Waits (yielding, never sleeping) until some fiber sleeps on the TestClock: the teardown's timer. */
+const timerStarted = Effect.gen(function*() {
+  while ((yield* TestClock.sleeps()).length === 0) yield* Effect.yieldNow()
+})
+
+
+describe("review: CORE-06 abandoned teardown", () => {
+  it.scoped("CORE-06 after the runtime's release abandoned a stalled teardown, the writer is released once the write settles", () =>
+    Effect.gen(function*() {
+      const rt = yield* stallingRuntime
+      const registry = Context.get(rt.context, AgentRegistry)
+      const handle = yield* registry.create({ sessionId: "b", options: route })
+      yield* handle.agent.followup(Message.user("go", { id: "m1" }))
+      yield* rt.reached
+      const closing = yield* Effect.fork(rt.close)
+      yield* timerStarted
+      yield* TestClock.adjust("5 seconds")
+      yield* Fiber.join(closing)
+      // the stalled write settles: the writer (lock) should now be released (CORE-06, PERS-01)
+      yield* rt.open
+      const released = yield* Effect.fork(Effect.timeoutOption(rt.released, "1 minute"))
+      yield* TestClock.adjust("1 minute")
+      assert.isTrue(Option.isSome(yield* Fiber.join(released)), "the writer was never released")
+      const persistence = yield* Effect.provide(SessionPersistence, SessionPersistenceModule.layerMemory(rt.storage))
+      const reopened = yield* Effect.exit(Effect.scoped(persistence.openWrite("b" as Message.SessionId)))
+      assert.isTrue(Exit.isSuccess(reopened), "the session stays locked forever")
+    }))
+})
+
+describe("review: CORE-06 stall outside the driver", () => {
+  it.scoped("CORE-06 a stalled user append (agent idle) cannot hang the runtime's release", () =>
+    Effect.gen(function*() {
+      const rt = yield* stallingRuntime
+      const registry = Context.get(rt.context, AgentRegistry)
+      const handle = yield* registry.create({ sessionId: "c", options: route })
+      yield* Effect.fork(handle.agent.session.append({ type: "test/stall", data: 1 }))
+      yield* rt.reached
+      const closing = yield* Effect.fork(Effect.timeoutOption(Effect.disconnect(rt.close), "1 minute"))
+      yield* timerStarted
+      yield* TestClock.adjust("5 seconds")
+      yield* TestClock.adjust("1 minute")
+      assert.isTrue(Option.isSome(yield* Fiber.join(closing)), "the runtime's release hangs")
+    }))
+})
+describe("review: diagnostic", () => {
+  it.scoped("diag: dispose times out, then release hangs until the gate opens", () =>
+    Effect.gen(function*() {
+      const rt = yield* stallingRuntime
+      const registry = Context.get(rt.context, AgentRegistry)
+      const handle = yield* registry.create({ sessionId: "d", options: route })
+      yield* Effect.fork(handle.agent.session.append({ type: "test/stall", data: 1 }))
+      yield* rt.reached
+      const disposing = yield* Effect.fork(Effect.flip(handle.dispose))
+      yield* timerStarted
+      yield* TestClock.adjust("5 seconds")
+      const error = yield* Fiber.join(disposing)
+      assert.instanceOf(error.cause, AgentError.TeardownTimeout)
+      const closing = yield* Effect.fork(Effect.disconnect(rt.close))
+      yield* TestClock.adjust("1 minute")
+      assert.isTrue(Option.isNone(yield* Fiber.poll(closing)), "still closing while the write stalls")
+      yield* rt.open
+      yield* Fiber.join(closing)
+    }))
+})
+
+describe("review: CORE-06 watcher death", () => {
+  it.scoped("CORE-06 LIFE-02 a publisher whose detach dies at the timeout still releases the owners (the watcher must not die)", () =>
+    Effect.gen(function*() {
+      const rt = yield* stallingRuntime
+      const factory = Context.get(rt.context, AgentLoop.AgentLoop)
+      const { publisher } = yield* internalRegistry.makeWithPublisher()
+      const dying: AgentPublisher = { ...publisher, detach: () => Effect.dieMessage("detach exploded") }
+      const owner = yield* Scope.make()
+      const handle = yield* factory.create<never, never>({ sessionId: "e", options: route }, owner, dying).pipe(
+        Effect.provide(rt.context)
+      )
+      yield* handle.agent.followup(Message.user("go", { id: "m1" }))
+      yield* rt.reached
+      const disposing = yield* Effect.fork(Effect.exit(handle.dispose))
+      yield* timerStarted
+      yield* TestClock.adjust("5 seconds")
+      yield* TestClock.adjust("1 minute")
+      assert.isTrue(Option.isSome(yield* Fiber.poll(disposing)), "dispose still waits after the timeout")
+      yield* rt.open
+    }))
+})
+
+describe("review: control watcher", () => {
+  it.scoped("control publisher at the timeout still releases the owners (the watcher must not die)", () =>
+    Effect.gen(function*() {
+      const rt = yield* stallingRuntime
+      const factory = Context.get(rt.context, AgentLoop.AgentLoop)
+      const { publisher } = yield* internalRegistry.makeWithPublisher()
+      const dying: AgentPublisher = { ...publisher, detach: () => Effect.dieMessage("detach exploded") }
+      const owner = yield* Scope.make()
+      const handle = yield* factory.create<never, never>({ sessionId: "f", options: route }, owner, publisher).pipe(
+        Effect.provide(rt.context)
+      )
+      yield* handle.agent.followup(Message.user("go", { id: "m1" }))
+      yield* rt.reached
+      const disposing = yield* Effect.fork(Effect.exit(handle.dispose))
+      yield* timerStarted
+      yield* TestClock.adjust("5 seconds")
+      yield* TestClock.adjust("1 minute")
+      assert.isTrue(Option.isSome(yield* Fiber.poll(disposing)), "dispose still waits after the timeout")
+      yield* rt.open
+    }))
+})
