@@ -321,11 +321,24 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
         for (const request of pending) request.resume(writerEnd)
       },
 
-      /** `self` after the writer fiber was started (the first append starts it). */
+      /**
+       * `self` after the writer fiber was started (the first append to run starts it). Marked
+       * started when the Effect runs, not when it is built, in one uninterruptible step with the
+       * fork: an append built but never run (a race's loser, interrupted before it started) starts
+       * nothing, and one that runs always leaves a writer behind (SES-02, CORE-01).
+       */
       withWriter<A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> {
         if (isWriterStarted || isClosed) return self
-        isWriterStarted = true
-        return Effect.zipRight(w.startWriter(), self)
+        return Effect.zipRight(w.ensureWriter(), self)
+      },
+
+      /** Forks the writer fiber when it runs, unless it was forked already (or the session closed). */
+      ensureWriter(): Effect.Effect<void> {
+        return Effect.uninterruptible(Effect.suspend(() => {
+          if (isWriterStarted || isClosed) return Effect.void
+          isWriterStarted = true
+          return w.startWriter()
+        }))
       },
 
       /** Wakes the writer if it waits: it then runs its next step. */
@@ -397,7 +410,18 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     const close = Effect.suspend(() => {
       if (isClosed) return writerFiber === undefined ? Effect.void : Fiber.await(writerFiber)
       isClosed = true
-      if (writerFiber === undefined) return feed.end
+      if (writerFiber === undefined) {
+        // no writer fiber recorded yet (its fork is under way): the requests it has not taken fail
+        // (SES-04), none waits forever; a batch it took already is still answered by it
+        const waiting = open
+        open = undefined
+        if (waiting !== undefined) {
+          const closed = Exit.fail(new SessionError.SessionClosed({ id }))
+          for (let i = 0; i < waiting.length; i++) waiting[i]!.resume(closed)
+        }
+        w.wakeWriter()
+        return feed.end
+      }
       // a waiting writer ends now; a busy one after writing what was accepted before the close
       w.wakeWriter()
       return Effect.zipRight(Fiber.await(writerFiber), feed.end)
