@@ -1057,8 +1057,8 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
                 build.writer = writer
                 build.createMode = true
               }
-              // the session's writer fiber forks from the factory's runtime, not this caller's (B2)
-              const session = yield* internalSession.fromPlanIn(build.sessionScope, planned, writer, runtime)
+              // the session's writer fiber starts with the background FiberRefs, not this caller's (B2, §6.3)
+              const session = yield* internalSession.fromPlanIn(build.sessionScope, planned, writer, backgroundRefs)
               // a new session has no inbox events after its seed, so its replay cannot fail
               const built = yield* buildAgent(build, session, agentOptions, options.parentAgent, {}, publisher).pipe(
                 Effect.catchTag("InvalidInboxLog", Effect.die)
@@ -1107,7 +1107,7 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
                 header: stored.header,
                 events,
                 writer: opened.writer,
-                runtime
+                refs: backgroundRefs
               })
               const built = yield* buildAgent(
                 build,

@@ -6,15 +6,16 @@
  *
  * @internal
  */
-import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, Scope } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, Option, Scope } from "effect"
 import * as fiberModule from "./fiber.js"
-import type { Array as Arr, Clock } from "effect"
+import type { Array as Arr, Clock, FiberRefs } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as eventCursor from "./eventCursor.js"
 import * as SessionError from "../SessionError.js"
 import type { CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import type { SessionWriter } from "../SessionPersistence.js"
+import { currentInitiatorRef } from "./agentRegistry.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "./feed.js"
 import * as history from "./history.js"
@@ -124,10 +125,12 @@ export interface MakeOptions {
   readonly events: ReadonlyArray<SessionEvent>
   readonly writer: SessionWriter | undefined
   /**
-   * Where the writer fiber is forked from; default the constructing fiber's runtime. A factory
-   * passes the runtime it captured once, so no session keeps its creator's FiberRefs and span (B2).
+   * The FiberRefs the writer fiber starts with (CORE-01, §6.3: no initiator, parent span or log
+   * annotations of whoever built the session); default the constructing fiber's, with those reset.
+   * A factory passes the background FiberRefs it computed once, so no session keeps its creator's
+   * FiberRefs and span (B2).
    */
-  readonly runtime?: Runtime.Runtime<never> | undefined
+  readonly refs?: FiberRefs.FiberRefs | undefined
 }
 
 /**
@@ -137,13 +140,16 @@ export interface MakeOptions {
  * @internal
  */
 export const makeIn = (scope: Scope.Scope, options: MakeOptions): Effect.Effect<Session> =>
-  // the runtime is read only when not given (B1)
-  options.runtime === undefined
-    ? Effect.flatMap(Effect.runtime<never>(), (runtime) => makeWith(scope, options, runtime))
-    : makeWith(scope, options, options.runtime)
+  // the FiberRefs are read only when not given (B1)
+  options.refs === undefined
+    ? Effect.flatMap(
+      Effect.runtime<never>(),
+      (runtime) => makeWith(scope, options, fiberModule.isolatedRefs(runtime, [currentInitiatorRef]))
+    )
+    : makeWith(scope, options, options.refs)
 
 /** `makeIn` without a generator: plain code, then the one operation that adds the close to `scope` (B1). */
-const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Runtime<never>): Effect.Effect<Session> =>
+const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.FiberRefs): Effect.Effect<Session> =>
   Effect.suspend(() => {
     const id: SessionId = options.header.id
     const log: Array<SessionEvent> = options.events.slice()
@@ -183,9 +189,9 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     /** Per-session helpers as methods (no per-session named closures to build). */
     const w = {
       /**
-       * Forks the writer fiber into the session's Scope (CORE-01), on first use, with the FiberRefs
-       * of the runtime captured at construction (not the first appender's). No Queue: a batch is
-       * handed over in `open`.
+       * Forks the writer fiber into the session's Scope (CORE-01), on first use, with the isolated
+       * FiberRefs given at construction (neither the builder's nor the first appender's, §6.3). No
+       * Queue: a batch is handed over in `open`.
        */
       startWriter(): Effect.Effect<void> {
         // The hot path is plain code between few Effect ops: the write, the publication, the
@@ -289,7 +295,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
           clock = writerClock
           return next()
         }))
-        return Effect.flatMap(fiberModule.forkIn(body, scope, runtime.fiberRefs), (fiber) => {
+        return Effect.flatMap(fiberModule.forkIn(body, scope, refs), (fiber) => {
           writerFiber = fiber
           fiber.addObserver(w.writerEnded)
           // the close runs before the Scope interrupts the writer (finalizers run last-added
@@ -499,7 +505,7 @@ export type SeedWriteError =
   | SessionError.PersistenceError
 
 /**
- * `fromPlan` with its Scope given, and the runtime the writer fiber forks from (see `MakeOptions`).
+ * `fromPlan` with its Scope given, and the FiberRefs the writer fiber starts with (see `MakeOptions`).
  *
  * @internal
  */
@@ -507,15 +513,15 @@ export const fromPlanIn = (
   scope: Scope.Scope,
   sessionPlan: SessionPlan,
   writer: SessionWriter | undefined,
-  runtime?: Runtime.Runtime<never>
+  refs?: FiberRefs.FiberRefs
 ): Effect.Effect<Session, SeedWriteError> =>
   // no generator (B1): the seed is written first, when there is one to write
   writer !== undefined && sessionPlan.seed.length > 0
     ? Effect.zipRight(
       writer.append(sessionPlan.seed as Arr.NonEmptyReadonlyArray<SessionEvent>),
-      makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
+      makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, refs })
     )
-    : makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
+    : makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, refs })
 
 /** @internal */
 export const isOpenAt = (events: ReadonlyArray<SessionEvent>, length: number): Option.Option<number> => {
