@@ -430,14 +430,24 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
         timeoutMillis: Duration.toMillis(teardownTimeout)
       })
       const released = new AgentError.AgentDisposeError({ id: build.id, cause: timeout })
+      // each detach may die (a publisher's bug): logged, and the owners are released whatever
+      // happened (LIFE-02: none waits forever); they are released after the detaches, so an owner
+      // that wakes finds the entry gone (LIFE-04)
       return Effect.zipRight(
-        Effect.zipRight(detachAgent(build, publisher), detachSession(build)),
         Effect.zipRight(
-          Effect.logWarning(timeout.message),
-          Effect.sync(() => settleOutcome(build, Exit.fail(released)))
-        )
-      )
+          unlessDies(build, "detach from the registry", detachAgent(build, publisher)),
+          unlessDies(build, "detach from the session store", detachSession(build))
+        ),
+        Effect.logWarning(timeout.message)
+      ).pipe(Effect.ensuring(Effect.sync(() => settleOutcome(build, Exit.fail(released)))))
     })
+
+  /** `step` of a timed-out teardown, its defect logged: the watcher runs on for later teardowns (CORE-06). */
+  const unlessDies = (build: Build, what: string, step: Effect.Effect<void>): Effect.Effect<void> =>
+    Effect.catchAllCause(
+      step,
+      (cause) => Effect.logError(`agent ${build.id}: ${what} failed at the teardown timeout`, cause)
+    )
 
   /**
    * CORE-06: the factory closes while a teardown is stalled past its timeout. Its session gives up
@@ -500,7 +510,8 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
     const left = deadline.at - clock.unsafeCurrentTimeMillis()
     if (left > 0) return Effect.sleep(Duration.millis(left))
     deadlines.delete(build)
-    return timeOut(build, deadline.publisher)
+    // a defect must not end the single watcher: later teardowns still time out (CORE-06)
+    return unlessDies(build, "the teardown timeout", timeOut(build, deadline.publisher))
   })
 
   /**
