@@ -325,15 +325,27 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
 
   /**
    * LIFE-01 step 5: an unpublished new session is discarded, and the session Scope closed: the
-   * session is closed and its writer released (SES-04). A teardown abandoned after its timeout
-   * (CORE-06) keeps the writer: its stalled write may still land, so nobody else may write.
+   * session is closed and its writer released (SES-04).
+   *
+   * CORE-06: the close runs in a fiber forked into the session Scope itself (CORE-01): `forkIn`'s
+   * finalizer skips the fiber that closes the Scope, and nothing else closes it, so the fiber lives
+   * exactly until the close is done. The teardown awaits it interruptibly: the runtime's release
+   * can abandon a teardown whose close waits on a stalled write (the release stays bounded), and
+   * the close goes on by itself; an abandoned teardown does not await it at all. Either way the
+   * writer (lock, lease) is held until the stalled write settled, then released (PERS-01).
    */
   const releaseWriter = (build: Build, failures: Array<Cause.Cause<unknown>>) =>
     Effect.suspend(() => {
+      const closing = Effect.forkIn(Scope.close(build.sessionScope, Exit.void), build.sessionScope)
       if (build.isAbandoned) {
-        return Effect.logWarning(`agent ${build.id}: teardown abandoned after its timeout; the session stays locked`)
+        return Effect.zipRight(
+          closing,
+          Effect.logWarning(
+            `agent ${build.id}: teardown abandoned after its timeout; the session stays locked until its write settles`
+          )
+        )
       }
-      const closed = recorded(failures, Scope.close(build.sessionScope, Exit.void))
+      const closed = recorded(failures, Effect.flatMap(closing, (fiber) => Effect.interruptible(Fiber.join(fiber))))
       return build.createMode && !build.published && build.writer !== undefined
         ? Effect.zipRight(recorded(failures, build.writer.discard), closed)
         : closed
