@@ -345,7 +345,12 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
           )
         )
       }
-      const closed = recorded(failures, Effect.flatMap(closing, (fiber) => Effect.interruptible(Fiber.join(fiber))))
+      // a session sealed before its writer fiber started has no write to wait on: the close runs
+      // here (a fork costs B1 ~35 operations)
+      const session = build.agent?.session
+      const closed = session === undefined || internalSession.core(session).sealIfIdle()
+        ? recorded(failures, Scope.close(build.sessionScope, Exit.void))
+        : recorded(failures, Effect.flatMap(closing, (fiber) => Effect.interruptible(Fiber.join(fiber))))
       return build.createMode && !build.published && build.writer !== undefined
         ? Effect.zipRight(recorded(failures, build.writer.discard), closed)
         : closed

@@ -43,6 +43,12 @@ export interface SessionCore {
   /** Marks the session closed and stops its writer fiber after what was queued. */
   readonly close: Effect.Effect<void>
   /**
+   * CORE-06: when the writer fiber was never started, closes the session to appends at once (later
+   * ones fail `SessionClosed`, SES-04; none can start a writer) and returns true: its `close` then
+   * cannot wait on a write. False when a writer fiber exists (or the session is closed already).
+   */
+  readonly sealIfIdle: () => boolean
+  /**
    * CORE-06: gives up on a write that stalls (the runtime is released after a teardown timed out).
    * Every caller waiting for the writer, and every later one, fails `PersistenceError` now; the
    * writer fiber finishes that write on its own, answering nobody, and its writer stays held.
@@ -414,7 +420,8 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
     }
 
     const close = Effect.suspend(() => {
-      if (isClosed) return writerFiber === undefined ? Effect.void : Fiber.await(writerFiber)
+      // sealed (`sealIfIdle`) or closed before: the feed ends once (`end` is idempotent)
+      if (isClosed) return writerFiber === undefined ? feed.end : Fiber.await(writerFiber)
       isClosed = true
       if (writerFiber === undefined) {
         // no writer fiber recorded yet (its fork is under way): the requests it has not taken fail
@@ -474,6 +481,11 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
         return log
       },
       close,
+      sealIfIdle() {
+        if (isWriterStarted || isClosed) return false
+        isClosed = true
+        return true
+      },
       abandon(reason) {
         isAbandoned = true
         w.failPending(Exit.fail(new SessionError.PersistenceError({ reason })))
