@@ -180,6 +180,18 @@ describe("review: CORE-06 watcher death", () => {
       yield* TestClock.adjust("5 seconds")
       yield* TestClock.adjust("1 minute")
       assert.isTrue(Option.isSome(yield* Fiber.poll(disposing)), "dispose still waits after the timeout")
+      // the watcher lives on: a later stalled teardown (a user append waiting on the same gate)
+      // still times out
+      const later = yield* factory.create<never, never>({ sessionId: "e2", options: route }, owner, publisher).pipe(
+        Effect.provide(rt.context)
+      )
+      const appending = yield* Effect.fork(later.agent.session.append({ type: "test/stall", data: 1 }))
+      while ((yield* Fiber.status(appending))._tag !== "Suspended") yield* Effect.yieldNow()
+      const disposingLater = yield* Effect.fork(Effect.exit(later.dispose))
+      for (let i = 0; i < 1000 && (yield* TestClock.sleeps()).length === 0; i++) yield* Effect.yieldNow()
+      yield* TestClock.adjust("5 seconds")
+      const laterExit = yield* Fiber.poll(disposingLater)
+      assert.isTrue(Option.isSome(laterExit), "a later teardown no longer times out: the watcher died")
       yield* rt.open
     }))
 })
