@@ -328,15 +328,32 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
 
   /**
    * LIFE-01 step 5: an unpublished new session is discarded, and the session Scope closed: the
-   * session is closed and its writer released (SES-04). A teardown abandoned after its timeout
-   * (CORE-06) keeps the writer: its stalled write may still land, so nobody else may write.
+   * session is closed and its writer released (SES-04).
+   *
+   * CORE-06: the close runs in a fiber forked into the session Scope itself (CORE-01): `forkIn`'s
+   * finalizer skips the fiber that closes the Scope, and nothing else closes it, so the fiber lives
+   * exactly until the close is done. The teardown awaits it interruptibly: the runtime's release
+   * can abandon a teardown whose close waits on a stalled write (the release stays bounded), and
+   * the close goes on by itself; an abandoned teardown does not await it at all. Either way the
+   * writer (lock, lease) is held until the stalled write settled, then released (PERS-01).
    */
   const releaseWriter = (build: Build, failures: Array<Cause.Cause<unknown>>) =>
     Effect.suspend(() => {
+      const closing = Effect.forkIn(Scope.close(build.sessionScope, Exit.void), build.sessionScope)
       if (build.isAbandoned) {
-        return Effect.logWarning(`agent ${build.id}: teardown abandoned after its timeout; the session stays locked`)
+        return Effect.zipRight(
+          closing,
+          Effect.logWarning(
+            `agent ${build.id}: teardown abandoned after its timeout; the session stays locked until its write settles`
+          )
+        )
       }
-      const closed = recorded(failures, Scope.close(build.sessionScope, Exit.void))
+      // a session sealed before its writer fiber started has no write to wait on: the close runs
+      // here (a fork costs B1 ~35 operations)
+      const session = build.agent?.session
+      const closed = session === undefined || internalSession.core(session).sealIfIdle()
+        ? recorded(failures, Scope.close(build.sessionScope, Exit.void))
+        : recorded(failures, Effect.flatMap(closing, (fiber) => Effect.interruptible(Fiber.join(fiber))))
       return build.createMode && !build.published && build.writer !== undefined
         ? Effect.zipRight(recorded(failures, build.writer.discard), closed)
         : closed
@@ -443,14 +460,24 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
         timeoutMillis: Duration.toMillis(teardownTimeout)
       })
       const released = new AgentError.AgentDisposeError({ id: build.id, cause: timeout })
+      // each detach may die (a publisher's bug): logged, and the owners are released whatever
+      // happened (LIFE-02: none waits forever); they are released after the detaches, so an owner
+      // that wakes finds the entry gone (LIFE-04)
       return Effect.zipRight(
-        Effect.zipRight(detachAgent(build, publisher), detachSession(build)),
         Effect.zipRight(
-          Effect.logWarning(timeout.message),
-          Effect.sync(() => settleOutcome(build, Exit.fail(released)))
-        )
-      )
+          unlessDies(build, "detach from the registry", detachAgent(build, publisher)),
+          unlessDies(build, "detach from the session store", detachSession(build))
+        ),
+        Effect.logWarning(timeout.message)
+      ).pipe(Effect.ensuring(Effect.sync(() => settleOutcome(build, Exit.fail(released)))))
     })
+
+  /** `step` of a timed-out teardown, its defect logged: the watcher runs on for later teardowns (CORE-06). */
+  const unlessDies = (build: Build, what: string, step: Effect.Effect<void>): Effect.Effect<void> =>
+    Effect.catchAllCause(
+      step,
+      (cause) => Effect.logError(`agent ${build.id}: ${what} failed at the teardown timeout`, cause)
+    )
 
   /**
    * CORE-06: the factory closes while a teardown is stalled past its timeout. Its session gives up
@@ -513,7 +540,8 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
     const left = deadline.at - clock.unsafeCurrentTimeMillis()
     if (left > 0) return Effect.sleep(Duration.millis(left))
     deadlines.delete(build)
-    return timeOut(build, deadline.publisher)
+    // a defect must not end the single watcher: later teardowns still time out (CORE-06)
+    return unlessDies(build, "the teardown timeout", timeOut(build, deadline.publisher))
   })
 
   /**
@@ -1076,8 +1104,8 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
                 build.writer = writer
                 build.createMode = true
               }
-              // the session's writer fiber forks from the factory's runtime, not this caller's (B2)
-              const session = yield* internalSession.fromPlanIn(build.sessionScope, planned, writer, runtime)
+              // the session's writer fiber starts with the background FiberRefs, not this caller's (B2, §6.3)
+              const session = yield* internalSession.fromPlanIn(build.sessionScope, planned, writer, backgroundRefs)
               // a new session has no inbox events after its seed, so its replay cannot fail
               const built = yield* buildAgent(build, session, agentOptions, options.parentAgent, {}, publisher).pipe(
                 Effect.catchTag("InvalidInboxLog", Effect.die)
@@ -1126,7 +1154,7 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
                 header: stored.header,
                 events,
                 writer: opened.writer,
-                runtime
+                refs: backgroundRefs
               })
               const built = yield* buildAgent(
                 build,

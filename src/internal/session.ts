@@ -6,9 +6,9 @@
  *
  * @internal
  */
-import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, Scope } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, Option, Scope } from "effect"
 import * as fiberModule from "./fiber.js"
-import type { Array as Arr, Clock } from "effect"
+import type { Array as Arr, Clock, FiberRefs } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as eventCursor from "./eventCursor.js"
@@ -16,6 +16,7 @@ import * as usage from "./usage.js"
 import * as SessionError from "../SessionError.js"
 import type { CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import type { SessionWriter } from "../SessionPersistence.js"
+import { currentInitiatorRef } from "./agentRegistry.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "./feed.js"
 import * as history from "./history.js"
@@ -42,6 +43,12 @@ export interface SessionCore {
   readonly log: () => ReadonlyArray<SessionEvent>
   /** Marks the session closed and stops its writer fiber after what was queued. */
   readonly close: Effect.Effect<void>
+  /**
+   * CORE-06: when the writer fiber was never started, closes the session to appends at once (later
+   * ones fail `SessionClosed`, SES-04; none can start a writer) and returns true: its `close` then
+   * cannot wait on a write. False when a writer fiber exists (or the session is closed already).
+   */
+  readonly sealIfIdle: () => boolean
   /**
    * CORE-06: gives up on a write that stalls (the runtime is released after a teardown timed out).
    * Every caller waiting for the writer, and every later one, fails `PersistenceError` now; the
@@ -125,10 +132,12 @@ export interface MakeOptions {
   readonly events: ReadonlyArray<SessionEvent>
   readonly writer: SessionWriter | undefined
   /**
-   * Where the writer fiber is forked from; default the constructing fiber's runtime. A factory
-   * passes the runtime it captured once, so no session keeps its creator's FiberRefs and span (B2).
+   * The FiberRefs the writer fiber starts with (CORE-01, §6.3: no initiator, parent span or log
+   * annotations of whoever built the session); default the constructing fiber's, with those reset.
+   * A factory passes the background FiberRefs it computed once, so no session keeps its creator's
+   * FiberRefs and span (B2).
    */
-  readonly runtime?: Runtime.Runtime<never> | undefined
+  readonly refs?: FiberRefs.FiberRefs | undefined
 }
 
 /**
@@ -138,13 +147,16 @@ export interface MakeOptions {
  * @internal
  */
 export const makeIn = (scope: Scope.Scope, options: MakeOptions): Effect.Effect<Session> =>
-  // the runtime is read only when not given (B1)
-  options.runtime === undefined
-    ? Effect.flatMap(Effect.runtime<never>(), (runtime) => makeWith(scope, options, runtime))
-    : makeWith(scope, options, options.runtime)
+  // the FiberRefs are read only when not given (B1)
+  options.refs === undefined
+    ? Effect.flatMap(
+      Effect.runtime<never>(),
+      (runtime) => makeWith(scope, options, fiberModule.isolatedRefs(runtime, [currentInitiatorRef]))
+    )
+    : makeWith(scope, options, options.refs)
 
 /** `makeIn` without a generator: plain code, then the one operation that adds the close to `scope` (B1). */
-const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Runtime<never>): Effect.Effect<Session> =>
+const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.FiberRefs): Effect.Effect<Session> =>
   Effect.suspend(() => {
     const id: SessionId = options.header.id
     const log: Array<SessionEvent> = options.events.slice()
@@ -186,9 +198,9 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     /** Per-session helpers as methods (no per-session named closures to build). */
     const w = {
       /**
-       * Forks the writer fiber into the session's Scope (CORE-01), on first use, with the FiberRefs
-       * of the runtime captured at construction (not the first appender's). No Queue: a batch is
-       * handed over in `open`.
+       * Forks the writer fiber into the session's Scope (CORE-01), on first use, with the isolated
+       * FiberRefs given at construction (neither the builder's nor the first appender's, §6.3). No
+       * Queue: a batch is handed over in `open`.
        */
       startWriter(): Effect.Effect<void> {
         // The hot path is plain code between few Effect ops: the write, the publication, the
@@ -294,7 +306,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
           clock = writerClock
           return next()
         }))
-        return Effect.flatMap(fiberModule.forkIn(body, scope, runtime.fiberRefs), (fiber) => {
+        return Effect.flatMap(fiberModule.forkIn(body, scope, refs), (fiber) => {
           writerFiber = fiber
           fiber.addObserver(w.writerEnded)
           // the close runs before the Scope interrupts the writer (finalizers run last-added
@@ -326,11 +338,24 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
         for (const request of pending) request.resume(writerEnd)
       },
 
-      /** `self` after the writer fiber was started (the first append starts it). */
+      /**
+       * `self` after the writer fiber was started (the first append to run starts it). Marked
+       * started when the Effect runs, not when it is built, in one uninterruptible step with the
+       * fork: an append built but never run (a race's loser, interrupted before it started) starts
+       * nothing, and one that runs always leaves a writer behind (SES-02, CORE-01).
+       */
       withWriter<A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> {
         if (isWriterStarted || isClosed) return self
-        isWriterStarted = true
-        return Effect.zipRight(w.startWriter(), self)
+        return Effect.zipRight(w.ensureWriter(), self)
+      },
+
+      /** Forks the writer fiber when it runs, unless it was forked already (or the session closed). */
+      ensureWriter(): Effect.Effect<void> {
+        return Effect.uninterruptible(Effect.suspend(() => {
+          if (isWriterStarted || isClosed) return Effect.void
+          isWriterStarted = true
+          return w.startWriter()
+        }))
       },
 
       /** Wakes the writer if it waits: it then runs its next step. */
@@ -400,9 +425,21 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
     }
 
     const close = Effect.suspend(() => {
-      if (isClosed) return writerFiber === undefined ? Effect.void : Fiber.await(writerFiber)
+      // sealed (`sealIfIdle`) or closed before: the feed ends once (`end` is idempotent)
+      if (isClosed) return writerFiber === undefined ? feed.end : Fiber.await(writerFiber)
       isClosed = true
-      if (writerFiber === undefined) return feed.end
+      if (writerFiber === undefined) {
+        // no writer fiber recorded yet (its fork is under way): the requests it has not taken fail
+        // (SES-04), none waits forever; a batch it took already is still answered by it
+        const waiting = open
+        open = undefined
+        if (waiting !== undefined) {
+          const closed = Exit.fail(new SessionError.SessionClosed({ id }))
+          for (let i = 0; i < waiting.length; i++) waiting[i]!.resume(closed)
+        }
+        w.wakeWriter()
+        return feed.end
+      }
       // a waiting writer ends now; a busy one after writing what was accepted before the close
       w.wakeWriter()
       return Effect.zipRight(Fiber.await(writerFiber), feed.end)
@@ -452,6 +489,11 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, runtime: Runtime.Run
         return log
       },
       close,
+      sealIfIdle() {
+        if (isWriterStarted || isClosed) return false
+        isClosed = true
+        return true
+      },
       abandon(reason) {
         isAbandoned = true
         w.failPending(Exit.fail(new SessionError.PersistenceError({ reason })))
@@ -483,7 +525,7 @@ export type SeedWriteError =
   | SessionError.PersistenceError
 
 /**
- * `fromPlan` with its Scope given, and the runtime the writer fiber forks from (see `MakeOptions`).
+ * `fromPlan` with its Scope given, and the FiberRefs the writer fiber starts with (see `MakeOptions`).
  *
  * @internal
  */
@@ -491,15 +533,15 @@ export const fromPlanIn = (
   scope: Scope.Scope,
   sessionPlan: SessionPlan,
   writer: SessionWriter | undefined,
-  runtime?: Runtime.Runtime<never>
+  refs?: FiberRefs.FiberRefs
 ): Effect.Effect<Session, SeedWriteError> =>
   // no generator (B1): the seed is written first, when there is one to write
   writer !== undefined && sessionPlan.seed.length > 0
     ? Effect.zipRight(
       writer.append(sessionPlan.seed as Arr.NonEmptyReadonlyArray<SessionEvent>),
-      makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
+      makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, refs })
     )
-    : makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, runtime })
+    : makeIn(scope, { header: sessionPlan.header, events: sessionPlan.seed, writer, refs })
 
 /** @internal */
 export const isOpenAt = (events: ReadonlyArray<SessionEvent>, length: number): Option.Option<number> => {
