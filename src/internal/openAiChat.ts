@@ -6,7 +6,7 @@
  * @internal
  */
 import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
-import { Chunk, Effect, Either, Option, Stream } from "effect"
+import { Either, Option, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
 import type { SseEvent } from "./sse.js"
@@ -260,18 +260,4 @@ export const parts = (
   events: Stream.Stream<SseEvent, ModelError>,
   tools: ReadonlyArray<Tool.Any>
 ): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
-  Stream.suspend(() => {
-    const reply = new ChatReply(provider, tools)
-    return events.pipe(
-      Stream.mapChunksEffect((chunk) => {
-        const out: Array<Response.StreamPartEncoded> = []
-        for (const event of chunk) {
-          const step = reply.onEvent(event)
-          if (Either.isLeft(step)) return Either.left(step.left)
-          out.push(...step.right)
-        }
-        return Either.right(Chunk.unsafeFromArray(out))
-      }),
-      Stream.concat(Stream.flatMap(Stream.fromEffect(Effect.suspend(() => reply.end())), Stream.fromIterable))
-    )
-  })
+  wire.sseParts(events, () => new ChatReply(provider, tools))

@@ -7,8 +7,9 @@
  */
 import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
-import { Option, Schema } from "effect"
+import { Chunk, Effect, Either, Option, Schema, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
+import type { SseEvent } from "./sse.js"
 
 /**
  * What the wire models read of `LanguageModel.ProviderOptions`.
@@ -199,3 +200,39 @@ export const collectParts = (parts: ReadonlyArray<Response.StreamPartEncoded>): 
   }
   return out
 }
+
+/**
+ * The state of one streamed reply of a wire protocol: the parts each SSE event yields, then the
+ * parts its end yields (a provider error or a malformed event fails the stream).
+ *
+ * @internal
+ */
+export interface SseReply {
+  onEvent(event: SseEvent): Either.Either<Array<Response.StreamPartEncoded>, ModelError>
+  end(): Either.Either<Array<Response.StreamPartEncoded>, ModelError>
+}
+
+/**
+ * The `@effect/ai` stream parts of an SSE stream, read by a fresh `SseReply` per run of the stream.
+ *
+ * @internal
+ */
+export const sseParts = (
+  events: Stream.Stream<SseEvent, ModelError>,
+  makeReply: () => SseReply
+): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
+  Stream.suspend(() => {
+    const reply = makeReply()
+    return events.pipe(
+      Stream.mapChunksEffect((chunk) => {
+        const out: Array<Response.StreamPartEncoded> = []
+        for (const event of chunk) {
+          const step = reply.onEvent(event)
+          if (Either.isLeft(step)) return Either.left(step.left)
+          out.push(...step.right)
+        }
+        return Either.right(Chunk.unsafeFromArray(out))
+      }),
+      Stream.concat(Stream.flatMap(Stream.fromEffect(Effect.suspend(() => reply.end())), Stream.fromIterable))
+    )
+  })
