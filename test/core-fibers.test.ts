@@ -4,7 +4,6 @@
  * hang (CORE-07).
  */
 import { assert, describe, it } from "@effect/vitest"
-import type { Array as Arr } from "effect"
 import {
   Cause,
   Clock,
@@ -25,7 +24,6 @@ import * as AgentError from "../src/AgentError.js"
 import * as AgentLoop from "../src/AgentLoop.js"
 import type { AgentPublisher } from "../src/AgentRegistry.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
-import * as AgentRegistryModule from "../src/AgentRegistry.js"
 import * as Inbox from "../src/Inbox.js"
 import * as internalRegistry from "../src/internal/agentRegistry.js"
 import * as Message from "../src/Message.js"
@@ -35,11 +33,10 @@ import * as SessionError from "../src/SessionError.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
 import * as SessionPersistenceModule from "../src/SessionPersistence.js"
 import { SessionStore } from "../src/SessionStore.js"
-import * as SessionStoreModule from "../src/SessionStore.js"
-import type { SessionEvent } from "../src/SessionEvent.js"
 import * as Tool from "../src/Tool.js"
 import { makeRuntime, route } from "./fixtures/runtime.js"
 import { recordingWriter } from "./fixtures/writers.js"
+import { stallingRuntime, timerStarted } from "./fixtures/stalling.js"
 
 const planFor = (id: string) => {
   const planned = Session.plan({ id, createdAt: 0 })
@@ -227,70 +224,12 @@ describe("CORE-07 self-deadlocks never hang", () => {
     }))
 })
 
-/**
- * A runtime whose persistence stalls the first batch holding a `request/config` (the model request
- * of a turn) until `gate` opens; `released` completes when a writer of it was released. The
- * AgentLoop has `teardownTimeout` of 5 seconds.
- */
-const stallingRuntime = Effect.gen(function*() {
-  const storage = yield* SessionPersistenceModule.makeMemoryStorage
-  const model = yield* Model.scripted([Model.text("hello"), Model.text("again")])
-  const gate = yield* Deferred.make<void>()
-  const reached = yield* Deferred.make<void>()
-  const released = yield* Deferred.make<void>()
-  const persistence = Layer.effect(
-    SessionPersistence,
-    Effect.map(SessionPersistence, (inner) =>
-      SessionPersistence.of({
-        ...inner,
-        // added before the writer is acquired, so it runs after the writer's release
-        create: (header) =>
-          Effect.zipRight(
-            Effect.addFinalizer(() => Deferred.succeed(released, undefined)),
-            Effect.map(inner.create(header), (writer) => ({
-              ...writer,
-              append: (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
-                events.some((event) => event.type === "request/config")
-                  ? Deferred.succeed(reached, undefined).pipe(
-                    Effect.zipRight(Deferred.await(gate)),
-                    Effect.zipRight(writer.append(events))
-                  )
-                  : writer.append(events)
-            }))
-          )
-      }))
-  ).pipe(Layer.provide(SessionPersistenceModule.layerMemory(storage)))
-  const services = AgentLoop.layerWith({ teardownTimeout: "5 seconds" }).pipe(
-    Layer.provideMerge(
-      Layer.mergeAll(AgentRegistryModule.layer, SessionStoreModule.layer, Tool.layerGlobal, Tool.layerGlobalHooks)
-    ),
-    Layer.provideMerge(persistence),
-    Layer.provide(model.layer)
-  )
-  const scope = yield* Scope.make()
-  yield* Effect.addFinalizer(() => Deferred.succeed(gate, undefined))
-  const context = yield* Layer.buildWithScope(services, scope)
-  return {
-    storage,
-    context,
-    close: Scope.close(scope, Exit.void),
-    reached: Deferred.await(reached),
-    open: Deferred.succeed(gate, undefined),
-    released: Deferred.await(released)
-  }
-})
-
-/** Waits (yielding, never sleeping) until some fiber sleeps on the TestClock: the teardown's timer. */
-const timerStarted = Effect.gen(function*() {
-  while ((yield* TestClock.sleeps()).length === 0) yield* Effect.yieldNow()
-})
-
 describe("CORE-06 bounded teardown", () => {
   it.scoped(
     "CORE-06 a stalled write cannot hang dispose or the owner's close: after teardownTimeout AgentDisposeError{TeardownTimeout}, the entry is gone, the session stays locked until the write settles, then resumes",
     () =>
       Effect.gen(function*() {
-        const rt = yield* stallingRuntime
+        const rt = yield* stallingRuntime()
         const registry = Context.get(rt.context, AgentRegistry)
         const store = Context.get(rt.context, SessionStore)
         const owner = yield* Scope.make()
@@ -327,7 +266,7 @@ describe("CORE-06 bounded teardown", () => {
 
   it.scoped("CORE-06 a stalled write cannot hang the runtime's release; the session stays locked meanwhile", () =>
     Effect.gen(function*() {
-      const rt = yield* stallingRuntime
+      const rt = yield* stallingRuntime()
       const registry = Context.get(rt.context, AgentRegistry)
       const handle = yield* registry.create({ sessionId: "b", options: route })
       yield* handle.agent.followup(Message.user("go", { id: "m1" }))

@@ -4,15 +4,12 @@
  * hang (CORE-07).
  */
 import { assert, describe, it } from "@effect/vitest"
-import type { Array as Arr } from "effect"
 import {
   Context,
-  Deferred,
   Effect,
   Either,
   Exit,
   Fiber,
-  Layer,
   Option,
   Scope,
   TestClock
@@ -21,80 +18,17 @@ import * as AgentError from "../src/AgentError.js"
 import * as AgentLoop from "../src/AgentLoop.js"
 import type { AgentPublisher } from "../src/AgentRegistry.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
-import * as AgentRegistryModule from "../src/AgentRegistry.js"
 import * as internalRegistry from "../src/internal/agentRegistry.js"
 import * as Message from "../src/Message.js"
-import * as Model from "../src/Model.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
 import * as SessionPersistenceModule from "../src/SessionPersistence.js"
-import * as SessionStoreModule from "../src/SessionStore.js"
-import type { SessionEvent } from "../src/SessionEvent.js"
-import * as Tool from "../src/Tool.js"
 import { route } from "./fixtures/runtime.js"
-
-/**
- * A runtime whose persistence stalls the first batch holding a `request/config` (the model request
- * of a turn) until `gate` opens; `released` completes when a writer of it was released. The
- * AgentLoop has `teardownTimeout` of 5 seconds.
- */
-const stallingRuntime = Effect.gen(function*() {
-  const storage = yield* SessionPersistenceModule.makeMemoryStorage
-  const model = yield* Model.scripted([Model.text("hello"), Model.text("again")])
-  const gate = yield* Deferred.make<void>()
-  const reached = yield* Deferred.make<void>()
-  const released = yield* Deferred.make<void>()
-  const persistence = Layer.effect(
-    SessionPersistence,
-    Effect.map(SessionPersistence, (inner) =>
-      SessionPersistence.of({
-        ...inner,
-        // added before the writer is acquired, so it runs after the writer's release
-        create: (header) =>
-          Effect.zipRight(
-            Effect.addFinalizer(() => Deferred.succeed(released, undefined)),
-            Effect.map(inner.create(header), (writer) => ({
-              ...writer,
-              append: (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
-                events.some((event) => event.type === "request/config" || event.type === "test/stall")
-                  ? Deferred.succeed(reached, undefined).pipe(
-                    Effect.zipRight(Deferred.await(gate)),
-                    Effect.zipRight(writer.append(events))
-                  )
-                  : writer.append(events)
-            }))
-          )
-      }))
-  ).pipe(Layer.provide(SessionPersistenceModule.layerMemory(storage)))
-  const services = AgentLoop.layerWith({ teardownTimeout: "5 seconds" }).pipe(
-    Layer.provideMerge(
-      Layer.mergeAll(AgentRegistryModule.layer, SessionStoreModule.layer, Tool.layerGlobal, Tool.layerGlobalHooks)
-    ),
-    Layer.provideMerge(persistence),
-    Layer.provide(model.layer)
-  )
-  const scope = yield* Scope.make()
-  yield* Effect.addFinalizer(() => Deferred.succeed(gate, undefined))
-  const context = yield* Layer.buildWithScope(services, scope)
-  return {
-    storage,
-    context,
-    close: Scope.close(scope, Exit.void),
-    reached: Deferred.await(reached),
-    open: Deferred.succeed(gate, undefined),
-    released: Deferred.await(released)
-  }
-})
-
-/** Waits (yielding, never sleeping) until some fiber sleeps on the TestClock: the teardown's timer. */
-const timerStarted = Effect.gen(function*() {
-  while ((yield* TestClock.sleeps()).length === 0) yield* Effect.yieldNow()
-})
-
+import { stallingRuntime, timerStarted } from "./fixtures/stalling.js"
 
 describe("review: CORE-06 abandoned teardown", () => {
   it.scoped("CORE-06 after the runtime's release abandoned a stalled teardown, the writer is released once the write settles", () =>
     Effect.gen(function*() {
-      const rt = yield* stallingRuntime
+      const rt = yield* stallingRuntime(["request/config", "test/stall"])
       const registry = Context.get(rt.context, AgentRegistry)
       const handle = yield* registry.create({ sessionId: "b", options: route })
       yield* handle.agent.followup(Message.user("go", { id: "m1" }))
@@ -117,7 +51,7 @@ describe("review: CORE-06 abandoned teardown", () => {
 describe("review: CORE-06 stall outside the driver", () => {
   it.scoped("CORE-06 a stalled user append (agent idle) cannot hang the runtime's release", () =>
     Effect.gen(function*() {
-      const rt = yield* stallingRuntime
+      const rt = yield* stallingRuntime(["request/config", "test/stall"])
       const registry = Context.get(rt.context, AgentRegistry)
       const handle = yield* registry.create({ sessionId: "c", options: route })
       yield* Effect.fork(handle.agent.session.append({ type: "test/stall", data: 1 }))
@@ -134,7 +68,7 @@ describe("review: CORE-06 stalled user append, then release", () => {
   // asserts the contract: the release is bounded and the writer stays held until the write settles
   it.scoped("CORE-06 PERS-01 after dispose timed out on a stalled user append, the runtime's release finishes; the writer is held until the write settles, then released", () =>
     Effect.gen(function*() {
-      const rt = yield* stallingRuntime
+      const rt = yield* stallingRuntime(["request/config", "test/stall"])
       const registry = Context.get(rt.context, AgentRegistry)
       const handle = yield* registry.create({ sessionId: "d", options: route })
       const appending = yield* Effect.fork(Effect.either(handle.agent.session.append({ type: "test/stall", data: 1 })))
@@ -165,7 +99,7 @@ describe("review: CORE-06 stalled user append, then release", () => {
 describe("review: CORE-06 watcher death", () => {
   it.scoped("CORE-06 LIFE-02 a publisher whose detach dies at the timeout still releases the owners (the watcher must not die)", () =>
     Effect.gen(function*() {
-      const rt = yield* stallingRuntime
+      const rt = yield* stallingRuntime(["request/config", "test/stall"])
       const factory = Context.get(rt.context, AgentLoop.AgentLoop)
       const { publisher } = yield* internalRegistry.makeWithPublisher()
       const dying: AgentPublisher = { ...publisher, detach: () => Effect.dieMessage("detach exploded") }
@@ -199,7 +133,7 @@ describe("review: CORE-06 watcher death", () => {
 describe("review: control watcher", () => {
   it.scoped("control publisher at the timeout still releases the owners (the watcher must not die)", () =>
     Effect.gen(function*() {
-      const rt = yield* stallingRuntime
+      const rt = yield* stallingRuntime(["request/config", "test/stall"])
       const factory = Context.get(rt.context, AgentLoop.AgentLoop)
       const { publisher } = yield* internalRegistry.makeWithPublisher()
       const owner = yield* Scope.make()
