@@ -707,7 +707,9 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
             return driver.cancel(cause, cancelOptions)
           },
           whenIdle: driver.whenIdle,
-          runMaintenance: driver.runMaintenance,
+          runMaintenance(task) {
+            return driver.runMaintenance(task)
+          },
           spawn,
           fork,
           get tools() {
