@@ -204,7 +204,9 @@ export const unusable = (state: DriverState): AgentError.AgentInactive | AgentEr
 }
 
 /** `unusable` as an Effect that fails with the reason. @internal */
-export const ensureUsable = (state: DriverState): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> =>
+export const ensureUsable = (
+  state: DriverState
+): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> =>
   Effect.suspend((): Effect.Effect<void, AgentError.AgentInactive | AgentError.AgentBroken> => {
     const reason = unusable(state)
     return reason === undefined ? Effect.void : Effect.fail(reason)
