@@ -52,9 +52,10 @@ export interface Driver {
  * not a closure per verb (B2). Call them on the driver (`driver.send(…)`), not detached.
  */
 class DriverHandle implements Driver {
-  readonly status: Effect.Effect<AgentStatus>
-  constructor(private readonly state: DriverState) {
-    this.status = Effect.sync(() => state.status)
+  constructor(private readonly state: DriverState) {}
+  /** AGT-03: made when read (an idle agent holds none, B2). */
+  get status(): Effect.Effect<AgentStatus> {
+    return Effect.sync(() => this.state.status)
   }
   send(message: UserMessage, target: InboxTarget, wake: boolean) {
     return verbs.send(this.state, message, target, wake)

@@ -138,67 +138,80 @@ const forkOf = (loop: Loop, build: Build, session: Session.Session, driver: Driv
       : Effect.fail(new AgentError.AgentInactive({ id: build.id }))
   )
 
-/** The `Agent` (AGT): its verbs are the driver's, its events the feed's. */
-const agentOf = (
-  build: Build,
-  session: Session.Session,
-  inbox: internalInbox.InboxInternal,
-  options: AgentOptions,
-  driver: Driver.Driver,
-  feed: Feed.Feed<AgentEvent>,
-  spawn: Spawn,
-  fork: Agent["fork"]
-): Agent => {
-  let statusChanges: Agent["statusChanges"] | undefined
-  return {
-    id: build.id,
-    options,
-    session,
-    inbox,
-    status: driver.status,
-    // built on first use: most agents are never observed (B2)
-    get statusChanges() {
-      return statusChanges ??= Stream.filterMap(feed.stream, statusOf)
-    },
-    get events() {
-      return feed.stream
-    },
-    get subscribe() {
-      return feed.subscribe
-    },
-    send(message: Message.UserMessage, second?: SendOptions | InboxTarget | undefined, wake?: boolean) {
-      return typeof second === "string"
+/** Where a `LiveAgent` keeps its parts: symbol keys, not in its enumerable surface. */
+const buildKey: unique symbol = Symbol("effect-agent/LiveAgent/build")
+const driverKey: unique symbol = Symbol("effect-agent/LiveAgent/driver")
+const feedKey: unique symbol = Symbol("effect-agent/LiveAgent/feed")
+const statusChangesKey: unique symbol = Symbol("effect-agent/LiveAgent/statusChanges")
+
+/**
+ * The `Agent` (AGT): its verbs are the driver's, its events the feed's. A class so that its
+ * properties stay fast (V8 keeps an object literal with accessors in dictionary mode: 1.6 KB per
+ * agent) and its accessors live on the prototype (B2); the verbs are own closures, so a detached
+ * `agent.followup` still works. Its parts are symbol-keyed properties, not `#private` fields: a view
+ * made with `Object.create(agent)` (the host's, HOST-02) reads them through the prototype.
+ */
+class LiveAgent implements Agent {
+  readonly id: SessionId
+  readonly send: Agent["send"]
+  readonly followup: Agent["followup"]
+  readonly steer: Agent["steer"]
+  readonly inject: Agent["inject"]
+  readonly cancel: Agent["cancel"]
+  readonly runMaintenance: Agent["runMaintenance"]
+  readonly [buildKey]: Build
+  readonly [driverKey]: Driver.Driver
+  readonly [feedKey]: Feed.Feed<AgentEvent>
+  [statusChangesKey]: Agent["statusChanges"] | undefined = undefined
+  constructor(
+    build: Build,
+    readonly options: AgentOptions,
+    readonly session: Session.Session,
+    readonly inbox: internalInbox.InboxInternal,
+    driver: Driver.Driver,
+    feed: Feed.Feed<AgentEvent>,
+    readonly spawn: Spawn,
+    readonly fork: Agent["fork"]
+  ) {
+    this.id = build.id
+    this[buildKey] = build
+    this[driverKey] = driver
+    this[feedKey] = feed
+    this.send = (message: Message.UserMessage, second?: SendOptions | InboxTarget | undefined, wake?: boolean) =>
+      typeof second === "string"
         ? driver.send(message, second, wake === true)
         : driver.send(message, second?.target ?? "next-turn", second?.wake ?? true)
-    },
-    followup(message) {
-      return driver.send(message, "next-turn", true)
-    },
-    steer(message) {
-      return driver.send(message, "next-step", true)
-    },
-    // HOST-03
-    get wake() {
-      return driver.wake
-    },
-    inject(message) {
-      return driver.send(message, "next-step", false)
-    },
-    cancel(cause, cancelOptions) {
-      return driver.cancel(cause, cancelOptions)
-    },
-    whenIdle: driver.whenIdle,
-    runMaintenance(task) {
-      return driver.runMaintenance(task)
-    },
-    spawn,
-    fork,
-    get tools() {
-      return toolsOf(build)
-    },
-    get hooks() {
-      return hooksOf(build)
-    }
+    this.followup = (message) => driver.send(message, "next-turn", true)
+    this.steer = (message) => driver.send(message, "next-step", true)
+    this.inject = (message) => driver.send(message, "next-step", false)
+    this.cancel = (cause, cancelOptions) => driver.cancel(cause, cancelOptions)
+    this.runMaintenance = (task) => driver.runMaintenance(task)
+  }
+  get status() {
+    return this[driverKey].status
+  }
+  /** Built on first use: most agents are never observed (B2). */
+  get statusChanges() {
+    return this[statusChangesKey] ??= Stream.filterMap(this[feedKey].stream, statusOf)
+  }
+  get events() {
+    return this[feedKey].stream
+  }
+  get subscribe() {
+    return this[feedKey].subscribe
+  }
+  /** HOST-03 */
+  get wake() {
+    return this[driverKey].wake
+  }
+  get whenIdle() {
+    return this[driverKey].whenIdle
+  }
+  get tools() {
+    return toolsOf(this[buildKey])
+  }
+  get hooks() {
+    return hooksOf(this[buildKey])
   }
 }
 
@@ -254,7 +267,7 @@ export const buildAgent = (
       const driver = driverOf(loop, build, session, inbox, options, route, emit)
       build.driver = driver
       const spawn = spawnOf(loop, build, driver)
-      const agent = agentOf(build, session, inbox, options, driver, feed, spawn, forkOf(loop, build, session, driver))
+      const agent = new LiveAgent(build, options, session, inbox, driver, feed, spawn, forkOf(loop, build, session, driver))
       build.agent = agent
       return { agent, setupView: setupViewOf(build, session, inbox, spawn), parentAgent } as const
     }
