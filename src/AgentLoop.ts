@@ -42,6 +42,7 @@ import type { AgentEntry, AgentFactory, AgentPublisher } from "./AgentRegistry.j
 import { AgentRegistry, currentInitiatorRef } from "./AgentRegistry.js"
 import * as internalRegistry from "./internal/agentRegistry.js"
 import * as codec from "./internal/eventCodec.js"
+import * as compaction from "./internal/compaction.js"
 import * as Driver from "./internal/driver.js"
 import * as Feed from "./internal/feed.js"
 import * as internalInbox from "./internal/inbox.js"
@@ -708,6 +709,18 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
           },
           whenIdle: driver.whenIdle,
           runMaintenance: driver.runMaintenance,
+          // CMP-01: a compaction between turns, claiming the agent as maintenance (compaction.ts)
+          compact(compactOptions) {
+            return compaction.compactAgent(driver.runMaintenance, {
+              id: build.id,
+              session,
+              model,
+              options,
+              tools: allTools,
+              toSchema: Tool.toSchema,
+              emit
+            }, compactOptions)
+          },
           spawn,
           fork,
           get tools() {

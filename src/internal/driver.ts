@@ -37,6 +37,7 @@ import type { HookRunners } from "./hooks.js"
 import type { InboxInternal } from "./inbox.js"
 import type { Lock } from "./lock.js"
 import { make as makeLock } from "./lock.js"
+import * as compaction from "./compaction.js"
 import * as modelOutput from "./modelOutput.js"
 import * as modelRetry from "./modelRetry.js"
 import { core } from "./session.js"
@@ -777,6 +778,17 @@ export const unsafeMake = (deps: DriverDeps): Driver => {
           if (configKey !== lastConfig) {
             yield* write([{ type: "request/config", data: config }])
             lastConfig = configKey
+          }
+          // CMP-01: compaction at this step boundary when the prompt outgrows the window (compaction.ts)
+          if (deps.options.contextWindow !== undefined) {
+            yield* compaction.atStepBoundary({
+              ...deps,
+              route: route.value,
+              tools: schemas,
+              turn: ctx.turn,
+              step,
+              append: (event) => Effect.map(write([event]), (events) => events[0])
+            })
           }
           const request: ModelRequest = {
             sessionId: deps.id,

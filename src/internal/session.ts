@@ -165,7 +165,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
     let usageSums: usage.Sums | undefined
     for (let i = 0; i < log.length; i++) {
       const event = log[i]!
-      history.fold(messages, event)
+      history.fold(messages, event, log)
       turns.fold(event, i + 1)
       usageSums = usage.add(usageSums, event)
     }
@@ -281,7 +281,7 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
           for (let i = 0; i < stamped.length; i++) {
             const event = stamped[i]!
             log.push(event)
-            if (history.fold(messages, event)) messagesSnapshot = undefined
+            if (history.fold(messages, event, log)) messagesSnapshot = undefined
             turns.fold(event, log.length)
             usageSums = usage.add(usageSums, event)
           }
