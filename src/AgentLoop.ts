@@ -716,6 +716,7 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
               session,
               model,
               options,
+              storedRoute: route,
               tools: allTools,
               toSchema: Tool.toSchema,
               emit

@@ -63,7 +63,10 @@ const assistant = (id: string, text: string, usage?: Record<string, number>): In
 })
 
 /** One closed turn: a user message and a reply. */
-const turn = (n: number, options?: { readonly usage?: Record<string, number>; readonly text?: string }): Array<Input> => [
+const turn = (
+  n: number,
+  options?: { readonly usage?: Record<string, number>; readonly text?: string }
+): Array<Input> => [
   { type: "turn/start", data: { turn: 1 } },
   { type: "step/start", data: { turn: 1, step: 1 } },
   user(`q${n}`, options?.text ?? `q${n}`),
@@ -100,7 +103,10 @@ const TurnArb: fc.Arbitrary<TurnShape> = fc.record({
 const CompactionArb = fc.record({ at: fc.nat(), upTo: fc.nat(), summary: fc.string({ maxLength: 12 }) })
 
 const turnInputs = (shape: TurnShape, n: number): Array<Input> => {
-  const inputs: Array<Input> = [{ type: "turn/start", data: { turn: 1 } }, { type: "step/start", data: { turn: 1, step: 1 } }]
+  const inputs: Array<Input> = [
+    { type: "turn/start", data: { turn: 1 } },
+    { type: "step/start", data: { turn: 1, step: 1 } }
+  ]
   shape.users.forEach((text, i) => inputs.push(user(`u${n}-${i}`, text)))
   const callId = `c${n}`
   inputs.push({
@@ -189,12 +195,15 @@ describe("compaction, pure parts (CMP-01)", () => {
       const read = codec.storedEvent({ seq: 7, time: 0, type: "session/compacted", data: good }, 7)
       assert.isTrue(Either.isRight(read))
       // the resume path's fast check agrees with the decoder
-      assert.isDefined(codec.acceptParsedEvent(JSON.parse(JSON.stringify({ seq: 7, time: 0, type: "session/compacted", data: good })), 7))
+      const record = (seq: number, data: unknown) =>
+        JSON.parse(JSON.stringify({ seq, time: 0, type: "session/compacted", data }))
+      assert.isDefined(codec.acceptParsedEvent(record(7, good), 7))
       for (const data of bad) {
-        assert.isTrue(Either.isLeft(codec.coreEvent({ type: "session/compacted", data } as never)), JSON.stringify(data))
+        const appended = codec.coreEvent({ type: "session/compacted", data } as never)
+        assert.isTrue(Either.isLeft(appended), JSON.stringify(data))
         const stored = codec.storedEvent({ seq: 0, time: 0, type: "session/compacted", data }, 0)
         assert.isTrue(Either.isLeft(stored) && stored.left._tag === "Invalid", JSON.stringify(data))
-        assert.isUndefined(codec.acceptParsedEvent(JSON.parse(JSON.stringify({ seq: 0, time: 0, type: "session/compacted", data })), 0))
+        assert.isUndefined(codec.acceptParsedEvent(record(0, data), 0))
       }
       // custom appends may not use it (SES-00): only the loop and agent.compact write it
       assert.isTrue(Either.isLeft(codec.customInput({ type: "session/compacted", data: good })))
@@ -237,7 +246,9 @@ describe("compaction, pure parts (CMP-01)", () => {
         Effect.scoped(Effect.gen(function*() {
           const k = log.length === 0 ? 0 : cut % (log.length + 1)
           const session = yield* Session.make({ id: "incremental", seed: log.slice(0, k) })
-          for (const event of log.slice(k)) yield* core(session).appendCore([{ type: event.type, data: event.data } as Input])
+          for (const event of log.slice(k)) {
+            yield* core(session).appendCore([{ type: event.type, data: event.data } as Input])
+          }
           assert.deepStrictEqual(yield* session.messages, Session.deriveMessages(log))
           assert.deepStrictEqual(yield* session.messages, summaryPlusSuffix(log))
         })),
@@ -264,7 +275,10 @@ describe("compaction, pure parts (CMP-01)", () => {
       assert.strictEqual(compaction.textTokens("éé"), 1) // 4 bytes
       assert.strictEqual(compaction.textTokens("ééé"), 2) // 6 bytes
       const text = Message.user("abcd".repeat(10), { id: "t" })
-      const image = Message.user("", { id: "i", content: [{ type: "image", mediaType: "image/png", data: "A".repeat(4000) }] })
+      const image = Message.user("", {
+        id: "i",
+        content: [{ type: "image", mediaType: "image/png", data: "A".repeat(4000) }]
+      })
       assert.strictEqual(compaction.messageTokens(text), compaction.MESSAGE_TOKENS + 10)
       assert.strictEqual(compaction.messageTokens(image), compaction.MESSAGE_TOKENS + compaction.IMAGE_TOKENS)
       const log = stamp(turn(1, { text: "abcd".repeat(10) }))
@@ -295,11 +309,8 @@ describe("compaction, pure parts (CMP-01)", () => {
       assert.deepStrictEqual(estimate, { tokens: 1000 + 50 + 14, source: "usage" })
       // usage from before a compaction measured another history: bytes again
       const afterCompaction = stamp([...inputs.slice(0, 12), compacted(6, "s"), ...inputs.slice(12)])
-      assert.strictEqual(
-        compaction.estimatePrompt({ log: afterCompaction, messages: Session.deriveMessages(afterCompaction), tools: [] })
-          .source,
-        "bytes"
-      )
+      const messages = Session.deriveMessages(afterCompaction)
+      assert.strictEqual(compaction.estimatePrompt({ log: afterCompaction, messages, tools: [] }).source, "bytes")
     })
   })
 
@@ -307,7 +318,11 @@ describe("compaction, pure parts (CMP-01)", () => {
     it("CMP-01 over the threshold only; the last keepLastTurns closed turns and an open turn are kept", () => {
       assert.isTrue(compaction.exceedsThreshold(81, 100, 0.8))
       assert.isFalse(compaction.exceedsThreshold(80, 100, 0.8))
-      const open = [{ type: "turn/start", data: { turn: 1 } }, { type: "step/start", data: { turn: 1, step: 1 } }, user("q4")] as Array<Input>
+      const open: Array<Input> = [
+        { type: "turn/start", data: { turn: 1 } },
+        { type: "step/start", data: { turn: 1, step: 1 } },
+        user("q4")
+      ]
       const log = stamp([...turn(1), ...turn(2), ...turn(3), ...open])
       assert.strictEqual(compaction.keptTurnsBoundary(log, 0), 18)
       assert.strictEqual(compaction.keptTurnsBoundary(log, 2), 6)
@@ -395,7 +410,10 @@ describe("compaction, pure parts (CMP-01)", () => {
         const notAnObject = yield* Effect.flip(
           registry.create({ sessionId: "bad-policy", options: { ...route, compaction: 3 as never } })
         )
-        assert.strictEqual(notAnObject.message, "invalid agent options: compaction must be an object (a compaction policy), got 3")
+        assert.strictEqual(
+          notAnObject.message,
+          "invalid agent options: compaction must be an object (a compaction policy), got 3"
+        )
         const persistence = yield* Effect.provide(SessionPersistence.SessionPersistence, context)
         assert.isFalse(yield* persistence.exists(Message.sessionId("bad-policy").pipe(Either.getOrThrow)))
         // the defaults, when the policy leaves them out

@@ -26,7 +26,6 @@ import type * as SessionError from "../SessionError.js"
 import type {
   AssistantMessageLogged,
   CoreEventInput,
-  RequestConfig,
   SessionCompacted,
   SessionEvent,
   Usage
@@ -158,7 +157,9 @@ type AssistantData = typeof AssistantMessageLogged.Type["data"]
  * The latest `assistant/message` after the latest compaction whose usage gives the size of the
  * request it answered: its index and that prompt plus the message itself (its `outputTokens`).
  */
-const usageAnchor = (log: ReadonlyArray<SessionEvent>): { readonly index: number; readonly tokens: number } | undefined => {
+const usageAnchor = (
+  log: ReadonlyArray<SessionEvent>
+): { readonly index: number; readonly tokens: number } | undefined => {
   for (let i = log.length - 1; i >= 0; i--) {
     const event = log[i]!
     // the history changed at a compaction: usage from before it measured another prompt
@@ -166,7 +167,8 @@ const usageAnchor = (log: ReadonlyArray<SessionEvent>): { readonly index: number
     if (event.type !== "assistant/message") continue
     const data = event.data as AssistantData
     const prompt = data.usage === undefined ? undefined : promptTokensOf(data.usage)
-    if (prompt !== undefined) return { index: i, tokens: prompt + (data.usage?.outputTokens ?? messageTokens(data.message)) }
+    if (prompt === undefined) continue
+    return { index: i, tokens: prompt + (data.usage?.outputTokens ?? messageTokens(data.message)) }
   }
   return undefined
 }
@@ -431,7 +433,13 @@ export const atStepBoundary = <E>(step: StepBoundary<E>): Effect.Effect<void, E 
     return Effect.flatMap(step.session.messages, (messages): Effect.Effect<void, E | ModelError> => {
       const estimate = estimatePrompt({ log, messages, system: step.route.system, tools: step.tools })
       if (!exceedsThreshold(estimate.tokens, window, policy.threshold)) return Effect.void
-      const annotations = { agent: step.id, turn: step.turn, step: step.step, estimate: estimate.tokens, source: estimate.source }
+      const annotations = {
+        agent: step.id,
+        turn: step.turn,
+        step: step.step,
+        estimate: estimate.tokens,
+        source: estimate.source
+      }
       const plan = planCompaction(log, policy.keepLastTurns)
       if (Option.isNone(plan)) {
         return Effect.annotateLogs(
@@ -470,22 +478,20 @@ export interface AgentDeps {
   readonly session: Session
   readonly model: Model["Type"]
   readonly options: AgentOptions
+  /** The route of the last `request/config` of a resumed log (the driver's, RES-07/08). */
+  readonly storedRoute: Partial<Tool.Route>
   readonly tools: Effect.Effect<ReadonlyArray<Tool.Any>>
   readonly toSchema: (tool: Tool.Any) => ToolSchema
   readonly emit: (event: AgentEvent) => Effect.Effect<void>
 }
 
-/** The route a request would take now: the options', else the last `request/config`'s (RES-07/08). */
-const currentRoute = (options: AgentOptions, log: ReadonlyArray<SessionEvent>): Tool.Route | undefined => {
-  let stored: typeof RequestConfig.Type["data"] | undefined
-  for (let i = log.length - 1; i >= 0 && stored === undefined; i--) {
-    if (log[i]!.type === "request/config") stored = (log[i] as typeof RequestConfig.Type).data
-  }
-  const provider = options.provider ?? stored?.provider
-  const model = options.model ?? stored?.model
+/** The route a request would take now, before its `request` hooks: the options', else the stored one (RES-07/08). */
+const currentRoute = (options: AgentOptions, stored: Partial<Tool.Route>): Tool.Route | undefined => {
+  const provider = options.provider ?? stored.provider
+  const model = options.model ?? stored.model
   if (provider === undefined || model === undefined) return undefined
-  const maxTokens = options.maxTokens ?? stored?.maxTokens
-  const system = options.system ?? stored?.system
+  const maxTokens = options.maxTokens ?? stored.maxTokens
+  const system = options.system ?? stored.system
   return {
     provider,
     model,
@@ -496,7 +502,7 @@ const currentRoute = (options: AgentOptions, log: ReadonlyArray<SessionEvent>): 
 
 /**
  * The maintenance task of `agent.compact` (the agent is idle, no turn is open): the same compaction
- * on the route and tools a request would use now.
+ * on the route (before `request` hooks, which belong to a step) and tools a request would use now.
  *
  * @internal
  */
@@ -510,15 +516,24 @@ export const betweenTurns = (
     const log = sessionCore.log()
     const plan = planCompaction(log, policy.keepLastTurns)
     if (Option.isNone(plan)) return Effect.succeed(Option.none())
-    const route = currentRoute(deps.options, log)
+    const route = currentRoute(deps.options, deps.storedRoute)
     if (route === undefined) {
       return Effect.fail(
-        new ModelError({ code: "NO_ROUTE", reason: "no provider/model to summarise with: set them in the agent options" })
+        new ModelError({
+          code: "NO_ROUTE",
+          reason: "no provider/model to summarise with: set them in the agent options"
+        })
       )
     }
     return Effect.flatMap(deps.tools, (tools) => {
       const schemas = tools.map(deps.toSchema)
-      const request = summarizerRequest({ sessionId: deps.id, route, tools: schemas, plan: plan.value, prompt: policy.prompt })
+      const request = summarizerRequest({
+        sessionId: deps.id,
+        route,
+        tools: schemas,
+        plan: plan.value,
+        prompt: policy.prompt
+      })
       const runner: Runner<SessionError.SessionAppendError> = {
         id: deps.id,
         model: deps.model,
@@ -546,6 +561,7 @@ export const compactAgent = (
   deps: AgentDeps,
   options: Compaction.CompactOptions | undefined
 ) => {
-  const decoded: Either.Either<Compaction.CompactOptions, AgentError.InvalidAgentOptions> = decodeCompactOptions(options)
+  const decoded: Either.Either<Compaction.CompactOptions, AgentError.InvalidAgentOptions> =
+    decodeCompactOptions(options)
   return decoded._tag === "Left" ? Effect.fail(decoded.left) : runMaintenance(betweenTurns(deps, decoded.right))
 }
