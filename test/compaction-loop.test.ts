@@ -30,6 +30,7 @@ import {
   withoutUsage
 } from "./fixtures/compaction.js"
 import {
+  hasType,
   logViolations,
   makeHarness,
   msg,
@@ -324,6 +325,29 @@ describe("compaction in a live agent (CMP-01)", () => {
         yield* followups(agent, ["q5"])
         assert.strictEqual(compactions(yield* agent.session.events).length, 1)
         assert.strictEqual(turnEnds(yield* agent.session.events).at(-1)?.kind, "completed")
+      }))
+
+    it.scoped("CMP-01 SES-02b a compaction whose append fails breaks the agent like any loop write; resume repairs the turn", () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(summarizingScript(), { wrapModel: withoutUsage })
+        const { agent, dispose } = yield* h.create("append-fails", { options: compacting })
+        yield* followups(agent, ["q1", "q2", "q3"])
+        yield* h.writes.failNext(hasType("session/compacted"))
+        yield* followups(agent, ["q4"])
+        const log = yield* agent.session.events
+        assert.deepStrictEqual(compactions(log), [])
+        // the summarizer was asked, the step's request never went out
+        assert.deepStrictEqual((yield* h.model.requests).map(isSummarizerRequest), [false, false, false, true])
+        assert.strictEqual((yield* Effect.flip(agent.followup(msg("q5"))))._tag, "AgentBroken")
+        yield* dispose
+        const resumed = yield* h.registry.resume({ sessionId: "append-fails", options: { ...route, ...compacting } })
+        const repaired = yield* resumed.agent.session.events
+        assert.deepStrictEqual(turnEnds(repaired).at(-1), { kind: "interrupted" })
+        assert.deepStrictEqual(logViolations(repaired), [])
+        // the next turn compacts (still over the threshold) and completes
+        yield* followups(resumed.agent, ["q5"])
+        assert.strictEqual(compactions(yield* resumed.agent.session.events).length, 1)
+        assert.strictEqual(turnEnds(yield* resumed.agent.session.events).at(-1)?.kind, "completed")
       }))
 
     it.scoped("CMP-01 CAN-05 a cancel during the summarizer request aborts the turn; nothing of the compaction is written", () =>
