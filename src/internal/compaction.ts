@@ -443,7 +443,7 @@ export const atStepBoundary = <E>(step: StepBoundary<E>): Effect.Effect<void, E 
       const plan = planCompaction(log, policy.keepLastTurns)
       if (Option.isNone(plan)) {
         return Effect.annotateLogs(
-          Effect.logInfo("compaction: the prompt exceeds the threshold but no closed turn is left to compact"),
+          Effect.logDebug("compaction: the prompt exceeds the threshold but no closed turn is left to compact"),
           annotations
         )
       }
