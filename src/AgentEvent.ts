@@ -7,7 +7,7 @@
 import type { Duration } from "effect"
 import { Data } from "effect"
 import type { MessageId, SessionId, UserMessage } from "./Message.js"
-import type { InboxTarget, TurnEndReason } from "./SessionEvent.js"
+import type { InboxTarget, TurnEndReason, Usage } from "./SessionEvent.js"
 
 /**
  * `"idle"` or `"running"` (maintenance counts as idle).
@@ -64,6 +64,18 @@ export type AgentEvent = Data.TaggedEnum<{
     readonly attempt: number
     readonly code: string
     readonly delay: Duration.Duration
+  }
+  /**
+   * A `session/compacted` event was appended (CMP-01, EVS-02): `seq` is its seq; `turn` and `step`
+   * name the step it ran in, absent for `agent.compact` between turns. (@since 0.2.0)
+   */
+  Compacted: Base & {
+    readonly seq: number
+    readonly upTo: number
+    readonly summary: string
+    readonly usage: Usage
+    readonly turn?: number | undefined
+    readonly step?: number | undefined
   }
   TurnEnded: Base & { readonly turn: number; readonly reason: TurnEndReason }
   AgentError: Base & {

@@ -59,6 +59,8 @@ export const describeEvent = (event: AgentEvent.AgentEvent): string => {
       return `  tool ${event.callId} finished${event.isError ? " with an error" : ""}`
     case "ModelRetry":
       return `  model retry ${event.attempt} after ${event.code} (in ${Duration.format(event.delay)})`
+    case "Compacted":
+      return `  compacted the first ${event.upTo} events into a summary (#${event.seq})`
     case "TurnEnded":
       return `turn ${event.turn} ended: ${reasonText(event.reason)}`
     case "AgentError":

@@ -8,14 +8,17 @@
  *
  * @internal
  */
+import type { Option } from "effect"
 import { Effect } from "effect"
 import type * as AgentError from "../AgentError.js"
 import type { AgentStatus } from "../AgentEvent.js"
+import type * as Compaction from "../Compaction.js"
 import type { UserMessage } from "../Message.js"
 import type * as SessionError from "../SessionError.js"
 import type { CancelCause, InboxTarget } from "../SessionEvent.js"
 import type { DriverDeps } from "./driver/state.js"
 import { DriverState } from "./driver/state.js"
+import * as compaction from "./compaction.js"
 import * as verbs from "./driver/verbs.js"
 
 export type { DriverDeps } from "./driver/state.js"
@@ -35,6 +38,19 @@ export interface Driver {
     A,
     E | AgentError.AgentBusy | AgentError.AgentCanceled | AgentError.AgentInactive | AgentError.AgentBroken,
     R
+  >
+  /** CMP-01: `agent.compact`, a compaction between turns claiming the agent like `runMaintenance`. */
+  readonly compact: (
+    options: Compaction.CompactOptions | undefined
+  ) => Effect.Effect<
+    Option.Option<Compaction.Compacted>,
+    | AgentError.InvalidAgentOptions
+    | AgentError.ModelError
+    | SessionError.SessionAppendError
+    | AgentError.AgentBusy
+    | AgentError.AgentCanceled
+    | AgentError.AgentInactive
+    | AgentError.AgentBroken
   >
   /** HOST-03: starts a drain when idle and some pending message was sent waking; a no-op otherwise. */
   readonly wake: Effect.Effect<void>
@@ -68,6 +84,9 @@ class DriverHandle implements Driver {
   }
   runMaintenance<A, E, R>(task: Effect.Effect<A, E, R>) {
     return verbs.runMaintenance(this.state, task)
+  }
+  compact(options: Compaction.CompactOptions | undefined) {
+    return compaction.compactAgent((task) => verbs.runMaintenance(this.state, task), this.state.deps, options)
   }
   get wake() {
     return verbs.wake(this.state)

@@ -202,7 +202,7 @@ class SessionState implements SessionCore {
     this.entries = stored.slice()
     for (let i = 0; i < this.entries.length; i++) {
       const event = this.entries[i]!
-      history.fold(this.messages, event)
+      history.fold(this.messages, event, this.entries)
       this.turns.fold(event, i + 1)
       this.usageSums = usage.add(this.usageSums, event)
     }
@@ -376,7 +376,7 @@ const commit = (
   for (let i = 0; i < stamped.length; i++) {
     const event = stamped[i]!
     s.entries.push(event)
-    if (history.fold(s.messages, event)) s.messagesSnapshot = undefined
+    if (history.fold(s.messages, event, s.entries)) s.messagesSnapshot = undefined
     s.turns.fold(event, s.entries.length)
     s.usageSums = usage.add(s.usageSums, event)
   }

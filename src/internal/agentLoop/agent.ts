@@ -159,6 +159,7 @@ class LiveAgent implements Agent {
   readonly inject: Agent["inject"]
   readonly cancel: Agent["cancel"]
   readonly runMaintenance: Agent["runMaintenance"]
+  readonly compact: Agent["compact"]
   readonly [buildKey]: Build
   readonly [driverKey]: Driver.Driver
   readonly [feedKey]: Feed.Feed<AgentEvent>
@@ -186,6 +187,8 @@ class LiveAgent implements Agent {
     this.inject = (message) => driver.send(message, "next-step", false)
     this.cancel = (cause, cancelOptions) => driver.cancel(cause, cancelOptions)
     this.runMaintenance = (task) => driver.runMaintenance(task)
+    // CMP-01 (internal/compaction.ts)
+    this.compact = (compactOptions) => driver.compact(compactOptions)
   }
   get status() {
     return this[driverKey].status

@@ -13,6 +13,7 @@ import type { AssistantMessage, MessageId } from "../../Message.js"
 import type { ModelRequest, ToolSchema } from "../../Model.js"
 import type { CoreEventInput, TurnEndReason } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
+import * as compaction from "../compaction.js"
 import { closers, streamedContent } from "./closers.js"
 import { callModel, resolveRoute } from "./model.js"
 import type { DriverState } from "./state.js"
@@ -179,6 +180,17 @@ const turnBody = (state: DriverState, ctx: TurnContext) =>
       if (configKey !== state.lastConfig) {
         yield* write(state, [{ type: "request/config", data: config }])
         state.lastConfig = configKey
+      }
+      // CMP-01: compaction at this step boundary when the prompt outgrows the window (compaction.ts)
+      if (deps.options.contextWindow !== undefined) {
+        yield* compaction.atStepBoundary({
+          ...deps,
+          route: route.value,
+          tools: schemas,
+          turn: ctx.turn,
+          step,
+          append: (event) => Effect.map(write(state, [event]), (events) => events[0])
+        })
       }
       const request = requestOf(state, config, yield* deps.session.messages, schemas)
       const reply = yield* callModel(state, ctx, step, request)
