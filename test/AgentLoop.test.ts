@@ -910,6 +910,8 @@ describe("AgentLoop teardown (LIFE)", () => {
             "AgentSessionStart:a:startup",
             "AgentStatusChanged:a:running",
             "TurnStarted:a",
+            // EVS-02: the partial message the closers logged (interrupted) is announced before the end
+            "AssistantMessage:a",
             "TurnEnded:a:1:aborted",
             "AgentStatusChanged:a:idle",
             "AgentDisposed:a"

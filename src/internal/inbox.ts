@@ -283,12 +283,12 @@ export const validateMessage = (message: unknown): Effect.Effect<UserMessage, Se
 }
 
 /** The notifications of one committed splice: `Discarded` before `Inserted` (INB-02). */
-const changesOf = (data: SpliceData, out: Array<InboxChange>): void => {
+const changesOf = (data: SpliceData, seq: number, out: Array<InboxChange>): void => {
   if (data.removed.length > 0 && (data.outcome === "canceled" || data.outcome === "rejected")) {
-    out.push(Change.Discarded({ target: data.target, ids: data.removed, outcome: data.outcome }))
+    out.push(Change.Discarded({ target: data.target, ids: data.removed, outcome: data.outcome, seq }))
   }
   if (data.inserted.length > 0) {
-    out.push(Change.Inserted({ target: data.target, start: data.start, messages: data.inserted }))
+    out.push(Change.Inserted({ target: data.target, start: data.start, messages: data.inserted, seq }))
   }
 }
 
@@ -488,12 +488,15 @@ const commitEvents = (
 ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> =>
   Effect.flatMap(state.sessionCore.appendCore(events), (written) => {
     const changes: Array<InboxChange> = []
+    // EVS-02: a claim mirrors the `step/start` of the step its messages entered
+    let stepStart: number | undefined
     for (const event of written) {
       const reason = state.projection.applyEvent(event)
       if (reason !== undefined) return Effect.dieMessage(`bug: the inbox wrote an invalid event: ${reason}`)
-      if (event.type === "agent/inbox/spliced") changesOf(event.data as SpliceData, changes)
+      if (event.type === "agent/inbox/spliced") changesOf(event.data as SpliceData, event.seq, changes)
+      else if (event.type === "step/start") stepStart = event.seq
     }
-    if (claimed !== undefined) changes.push(Change.Claimed(claimed))
+    if (claimed !== undefined) changes.push(Change.Claimed({ ...claimed, seq: stepStart }))
     return Effect.as(publishChanges(state, changes), written)
   })
 

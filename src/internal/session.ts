@@ -35,6 +35,8 @@ export interface SessionCore {
   readonly lastTurn: () => number
   /** The turn open at the end of the log, if any. */
   readonly openTurn: () => number | undefined
+  /** The seq of the open turn's `turn/start`, if a turn is open (EVS-02: what `TurnStarted` mirrors). */
+  readonly openTurnSeq: () => number | undefined
   /** The log length at the end of the last closed turn (FORK-01's default boundary). */
   readonly closedLength: () => number
   /** The current length of the log. */
@@ -108,14 +110,17 @@ const stamp = (input: Input, seq: number, time: number): SessionEvent =>
 export class TurnState {
   lastTurn = 0
   openTurn: number | undefined = undefined
+  openTurnSeq: number | undefined = undefined
   closedLength = 0
   fold(event: SessionEvent, lengthAfter: number): void {
     if (event.type === "turn/start") {
       const turn = (event.data as { readonly turn: number }).turn
       this.lastTurn = Math.max(this.lastTurn, turn)
       this.openTurn = turn
+      this.openTurnSeq = event.seq
     } else if (event.type === "turn/end") {
       this.openTurn = undefined
+      this.openTurnSeq = undefined
     }
     if (this.openTurn === undefined) this.closedLength = lengthAfter
   }
@@ -478,6 +483,9 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
       },
       openTurn() {
         return turns.openTurn
+      },
+      openTurnSeq() {
+        return turns.openTurnSeq
       },
       closedLength() {
         return turns.closedLength

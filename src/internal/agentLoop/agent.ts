@@ -43,11 +43,17 @@ const statusOf = (event: AgentEvent) => event._tag === "AgentStatusChanged" ? Op
 const inboxEvent = (agent: SessionId, change: InboxChange): AgentEvent => {
   switch (change._tag) {
     case "Inserted":
-      return AgentEvent.InboxInserted({ agent, target: change.target, messages: change.messages })
+      return AgentEvent.InboxInserted({ agent, target: change.target, messages: change.messages, seq: change.seq })
     case "Discarded":
-      return AgentEvent.InboxDiscarded({ agent, target: change.target, ids: change.ids, outcome: change.outcome })
+      return AgentEvent.InboxDiscarded({
+        agent,
+        target: change.target,
+        ids: change.ids,
+        outcome: change.outcome,
+        seq: change.seq
+      })
     case "Claimed":
-      return AgentEvent.InboxClaimed({ agent, turn: change.turn, messages: change.messages })
+      return AgentEvent.InboxClaimed({ agent, turn: change.turn, messages: change.messages, seq: change.seq })
   }
 }
 

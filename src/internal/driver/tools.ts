@@ -2,7 +2,8 @@
  * A step's tool calls (SPEC §8, TOOL): grouped (consecutive parallel calls run together up to
  * `maxParallelToolCalls`; an exclusive call is a barrier of its own), each run with its `tool/call`
  * written first and only its body interruptible (CAN-05), under its `timeout` (PKG-03); the results
- * logged in model order, the last group's with `step/end`. What a tool returns is checked before it
+ * logged in model order, each as soon as every call before it is done (EVS-02 announces each after
+ * it is durable), the last one with `step/end`. What a tool returns is checked before it
  * is logged (DUR-02): the model sees a tool's mistake, the agent is never broken by it.
  *
  * @internal
@@ -12,7 +13,9 @@ import { AgentEvent } from "../../AgentEvent.js"
 import type { ContentPart, MessageId } from "../../Message.js"
 import type { CoreEventInput } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
+import { make as makeLock } from "../lock.js"
 import * as modelOutput from "../modelOutput.js"
+import { toolCallFinished } from "./liveEvents.js"
 import type { DriverState } from "./state.js"
 import type { PendingCall, ToolOutcome, TurnContext } from "./turnContext.js"
 import { isNonEmpty, resultEvent, textResult, write } from "./turnContext.js"
@@ -130,19 +133,26 @@ const runTool = (
   ctx: TurnContext,
   step: number,
   call: PendingCall,
-  tools: ReadonlyMap<string, Tool.Any>
+  tools: ReadonlyMap<string, Tool.Any>,
+  closeStep: boolean
 ) =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const deps = state.deps
-      yield* write(state, [{
+      const [logged] = yield* write(state, [{
         type: "tool/call",
         data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
       }])
       call.state = "started"
-      yield* deps.emit(
-        AgentEvent.ToolCallStarted({ agent: deps.id, turn: ctx.turn, step, callId: call.callId, name: call.name })
-      )
+      yield* deps.emit(AgentEvent.ToolCallStarted({
+        agent: deps.id,
+        turn: ctx.turn,
+        step,
+        callId: call.callId,
+        name: call.name,
+        arguments: call.arguments,
+        seq: logged.seq
+      }))
       const tool = tools.get(call.name)
       let concludes = false
       if (tool === undefined) {
@@ -168,20 +178,17 @@ const runTool = (
         }
       }
       call.state = "done"
-      yield* deps.emit(AgentEvent.ToolCallFinished({
-        agent: deps.id,
-        turn: ctx.turn,
-        step,
-        callId: call.callId,
-        isError: call.result?.message.isError === true
-      }))
+      // TOOL-01, EVS-02: its result is logged as soon as every call before it is, by the fiber that
+      // completes that prefix; one at a time, so the log keeps the model's order
+      yield* (ctx.resultsLock ??= makeLock()).withLock(flushResults(state, ctx, step, closeStep))
       return concludes
     })
   )
 
 /**
- * Logs, in model order, the results of calls that are done and come before any unfinished one. With
- * `closeStep` (the last group, every call done), `step/end` goes in the same batch.
+ * Logs, in model order, the results of calls that are done and come before any unfinished one, then
+ * publishes their `ToolCallFinished` with each result's seq (EVS-02). With `closeStep` (the last
+ * group, every call done), `step/end` goes in the same batch. Runs under the step's results lock.
  */
 const flushResults = (state: DriverState, ctx: TurnContext, step: number, closeStep: boolean) =>
   Effect.suspend(() => {
@@ -196,12 +203,15 @@ const flushResults = (state: DriverState, ctx: TurnContext, step: number, closeS
     const closing = closeStep && logged === ctx.calls.length
     if (closing) events.push({ type: "step/end", data: { turn: ctx.turn, step } })
     if (!isNonEmpty(events)) return Effect.void
-    return Effect.map(write(state, events), () => {
+    return Effect.flatMap(write(state, events), (written) => {
       ctx.logged = logged
       if (closing) {
         ctx.openStep = undefined
         ctx.calls = []
       }
+      const finished: Array<AgentEvent> = []
+      for (const event of written) if (event.type === "tool/result") finished.push(toolCallFinished(state, event))
+      return Effect.forEach(finished, state.deps.emit, { discard: true })
     })
   })
 
@@ -233,13 +243,16 @@ export const runTools = (state: DriverState, ctx: TurnContext, step: number) =>
     let concludes = false
     const groups = callGroups(ctx.calls, byName)
     for (let g = 0; g < groups.length; g++) {
-      // interruptible, so a cancel reaches the running bodies (each guards its own bookkeeping)
+      // the last group's results close the step in the same batch
+      const isLast = g === groups.length - 1
+      // interruptible, so a cancel reaches the running bodies (each guards its own bookkeeping); each
+      // call's fiber logs the results its completion makes loggable (`flushResults`)
       const results = yield* Effect.interruptible(
-        Effect.forEach(groups[g]!, (call) => runTool(state, ctx, step, call, byName), { concurrency: maxParallel })
+        Effect.forEach(groups[g]!, (call) => runTool(state, ctx, step, call, byName, isLast), {
+          concurrency: maxParallel
+        })
       )
       if (results.some((c) => c)) concludes = true
-      // the last group's results close the step in the same batch
-      yield* flushResults(state, ctx, step, g === groups.length - 1)
     }
     return concludes
   })

@@ -14,6 +14,7 @@ import type { ModelRequest, ToolSchema } from "../../Model.js"
 import type { CoreEventInput, TurnEndReason } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
 import { closers, streamedContent } from "./closers.js"
+import { assistantMessage, closerMirrors } from "./liveEvents.js"
 import { callModel, resolveRoute } from "./model.js"
 import type { DriverState } from "./state.js"
 import { markBroken } from "./state.js"
@@ -189,13 +190,15 @@ const turnBody = (state: DriverState, ctx: TurnContext) =>
       const hadCalls = calls.length > 0
       const assistantEvent = assistantEventOf(ctx, step, config, reply, calls)
       if (hadCalls) {
-        yield* write(state, [assistantEvent])
+        const [logged] = yield* write(state, [assistantEvent])
         ctx.calls = calls
+        yield* deps.emit(assistantMessage(state, logged))
       } else {
         // no calls: nothing waits between the message and `step/end`, so they are one batch
-        yield* write(state, [assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
+        const [logged] = yield* write(state, [assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
         ctx.openStep = undefined
         ctx.calls = []
+        yield* deps.emit(assistantMessage(state, logged))
       }
       ctx.streamedText = ""
       ctx.streamedReasoning = ""
@@ -244,7 +247,8 @@ export const runTurn = (state: DriverState, turn: number) =>
     Effect.gen(function*() {
       const deps = state.deps
       const ctx = new TurnContext(turn)
-      yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn }))
+      // EVS-02: the turn's `turn/start` is durable (written when the drain opened the turn)
+      yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn, seq: state.sessionCore.openTurnSeq() }))
       const exit = yield* Effect.exit(turnBody(state, ctx))
       if (Exit.isFailure(exit)) {
         const failure = Cause.failureOption(exit.cause)
@@ -265,10 +269,14 @@ export const runTurn = (state: DriverState, turn: number) =>
         yield* markBroken(state, Cause.squash(written.cause), turn)
         return Option.none<TurnOutcome>()
       }
+      // EVS-02: what the closers made durable that was not announced yet, then the turn's end
+      const mirrors = closerMirrors(state, ctx, written.value)
+      if (mirrors.length > 0) yield* Effect.forEach(mirrors, deps.emit, { discard: true })
       if (reason.kind === "error") {
         yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))
       }
-      yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason }))
+      const turnEnd = written.value[written.value.length - 1]!
+      yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason, seq: turnEnd.seq }))
       const continues = ctx.steps > 0 &&
         (reason.kind === "completed" || reason.kind === "max-tokens" || reason.kind === "max-steps")
       return Option.some<TurnOutcome>({ reason, continues })

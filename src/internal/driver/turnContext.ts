@@ -10,6 +10,7 @@ import type { MessageId, ToolResultMessage } from "../../Message.js"
 import type * as SessionError from "../../SessionError.js"
 import type { CoreEventInput } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
+import type { Lock } from "../lock.js"
 import type { DriverState } from "./state.js"
 
 /** A finished call's result, and the error it records (TOOL contracts, DUR-02). @internal */
@@ -40,6 +41,8 @@ export class TurnContext {
   streaming = false
   calls: Array<PendingCall> = []
   logged = 0
+  /** TOOL-01: the results of the step's calls are logged one flush at a time (made on first use). */
+  resultsLock: Lock | undefined = undefined
   constructor(readonly turn: number) {}
 }
 
