@@ -7,7 +7,7 @@
  * @internal
  */
 import { Context, Deferred, Effect, FiberRef, Option, Ref, RuntimeFlags, Scope } from "effect"
-import type { Fiber } from "effect"
+import type { Fiber, Tracer } from "effect"
 import type { Stream } from "effect"
 import { globalValue } from "effect/GlobalValue"
 import type { Agent, AgentHandle, CreateOptions, ResumeOptions } from "../Agent.js"
@@ -19,6 +19,7 @@ import * as SessionError from "../SessionError.js"
 import * as Feed from "./feed.js"
 import * as finalizer from "./finalizer.js"
 import * as lifecycle from "./lifecycle.js"
+import * as observability from "./observability.js"
 
 /**
  * The agent that initiated the current work. Only ever set with `Effect.locally` (never
@@ -67,6 +68,21 @@ interface RegionGate {
 const initiatorIn = (fiber: Fiber.RuntimeFiber<unknown, unknown>): { readonly initiator?: SessionId } => {
   const initiator = fiber.getFiberRef(currentInitiatorRef)
   return Option.isSome(initiator) ? { initiator: initiator.value.id } : {}
+}
+
+/**
+ * OBS-01: what `effect-agent.create`/`effect-agent.resume` say of the agent: its id (as given), its
+ * parent, and the initiator of the fiber chain that creates it.
+ */
+const creationAttributes = (
+  span: Tracer.Span,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  options: { readonly sessionId: string; readonly parentAgent?: Agent | undefined }
+): void => {
+  span.attribute(observability.attr.agentId, options.sessionId)
+  if (options.parentAgent !== undefined) span.attribute(observability.attr.parentId, options.parentAgent.id)
+  const initiator = fiber.getFiberRef(currentInitiatorRef)
+  if (Option.isSome(initiator)) span.attribute(observability.attr.initiator, initiator.value.id)
 }
 
 /** @internal */
@@ -282,14 +298,20 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
           ))
 
     // the spans without Effect.fn's call-site Error and context acquire/release: ≈25 of the ≈200
-    // operations of a create+dispose (B1)
-    const createSpan = finalizer.withSpanLight("AgentRegistry.create")
+    // operations of a create+dispose (B1); OBS-01's names and attributes (set in place)
+    const createSpan = finalizer.withSpanLight("effect-agent.create")
     const create = <E, R>(options: CreateOptions<E, R>) =>
-      createSpan(withFactory((factory, owner) => factory.create(options, owner, publisher)))
+      createSpan(
+        withFactory((factory, owner) => factory.create(options, owner, publisher)),
+        (span, fiber) => creationAttributes(span, fiber, options)
+      )
 
-    const resumeSpan = finalizer.withSpanLight("AgentRegistry.resume")
+    const resumeSpan = finalizer.withSpanLight("effect-agent.resume")
     const resume = <E, R>(options: ResumeOptions<E, R>) =>
-      resumeSpan(withFactory((factory, owner) => factory.resume(options, owner, publisher)))
+      resumeSpan(
+        withFactory((factory, owner) => factory.resume(options, owner, publisher)),
+        (span, fiber) => creationAttributes(span, fiber, options)
+      )
 
     const resumeOrCreate = Effect.fn("AgentRegistry.resumeOrCreate")(function*<E, R>(options: CreateOptions<E, R>) {
       const factory = yield* installedFactory
@@ -300,9 +322,15 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
         parentAgent: options.parentAgent,
         setup: options.setup
       }
-      const resumeStored = factory.resume(resumeOptions, owner, publisher)
+      const resumeStored = resumeSpan(
+        factory.resume(resumeOptions, owner, publisher),
+        (span, fiber) => creationAttributes(span, fiber, options)
+      )
       // A concurrent creation stored the session between our resume and create: resume it, once.
-      const createFresh = factory.create(options, owner, publisher).pipe(
+      const createFresh = createSpan(
+        factory.create(options, owner, publisher),
+        (span, fiber) => creationAttributes(span, fiber, options)
+      ).pipe(
         Effect.catchIf(
           (error) => error instanceof AgentError.AgentAlreadyExists && error.where === "stored",
           () => resumeStored

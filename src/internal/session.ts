@@ -8,7 +8,7 @@
  */
 import { Cause, Effect, Either, Exit, Fiber, Option, Scope } from "effect"
 import * as fiberModule from "./fiber.js"
-import type { Array as Arr, Clock, FiberRefs } from "effect"
+import type { Array as Arr, Clock, FiberRefs, Tracer } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as eventCursor from "./eventCursor.js"
@@ -20,6 +20,7 @@ import { currentInitiatorRef } from "./agentRegistry.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "./feed.js"
 import * as history from "./history.js"
+import * as observability from "./observability.js"
 
 /**
  * What only the inbox, the loop and repair may do with a session (SES-00).
@@ -83,11 +84,17 @@ type AppendExit<A> = Exit.Exit<A, AppendError>
  * (resolves with the array); `resume` completes the caller.
  */
 type Request =
-  | { readonly one: Input; readonly resume: (exit: AppendExit<SessionEvent>) => void }
+  | {
+    readonly one: Input
+    readonly resume: (exit: AppendExit<SessionEvent>) => void
+    /** OBS-01: the caller's span, when a tracer is installed (the commit span's parent). */
+    readonly parent?: Tracer.AnySpan | undefined
+  }
   | {
     readonly one: undefined
     readonly many: Arr.NonEmptyReadonlyArray<Input>
     readonly resume: (exit: AppendExit<Arr.NonEmptyReadonlyArray<SessionEvent>>) => void
+    readonly parent?: Tracer.AnySpan | undefined
   }
 
 /** Whether a writer refused a batch for what it holds (DUR-05), not for a failure to store it. */
@@ -177,6 +184,8 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
     let eventsSnapshot: ReadonlyArray<SessionEvent> | undefined
     let messagesSnapshot: ReadonlyArray<Message> | undefined
     let isClosed = false
+    // OBS-01/02: the writer fiber's tracer (commit spans only with a non-default one) and Clock
+    const telemetry = observability.fromRefs(refs)
 
     const feed = Feed.makeUnsafe<SessionEvent>()
     // the writer fiber is started by the first append (SES-02: still one per session)
@@ -250,12 +259,25 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
           }
           const writer = options.writer
           if (writer === undefined) return commit(batch, stamped, then)
+          // OBS-01: under the span of the batch's first caller (when a tracer is installed)
+          const span = telemetry.tracer === undefined
+            ? undefined
+            : observability.startSpan(telemetry, "effect-agent.persistence.commit", batch[0]!.parent, {
+              [observability.attr.sessionId]: id,
+              [observability.attr.batchSize]: stamped.length
+            })
+          /** OBS-02: the commit's latency and size, once the persistence answered. */
+          const measured = (exit: Exit.Exit<unknown, unknown>): void => {
+            observability.recordCommit(stamped.length, clock.unsafeCurrentTimeMillis() - time, Exit.isSuccess(exit))
+            observability.endSpan(telemetry, span, exit)
+          }
           // a defect of the writer reaches the callers as a defect; the writer fiber lives on (also
           // when a persistence implementation throws instead of returning an Effect: suspended)
           return Effect.matchCauseEffect(
             Effect.suspend(() => writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)),
             {
               onFailure: (cause) => {
+                measured(Exit.failCause(cause))
                 if (isAbandoned) return Effect.void
                 // DUR-04 inside a session: a batch of several callers refused for its content (an
                 // event over maxEventBytes, the session over maxSessionBytes) stored nothing, so it
@@ -265,7 +287,10 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
                 for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
                 return then()
               },
-              onSuccess: () => (isAbandoned ? Effect.void : commit(batch, stamped, then))
+              onSuccess: () => {
+                measured(Exit.void)
+                return isAbandoned ? Effect.void : commit(batch, stamped, then)
+              }
             }
           )
         }
@@ -385,47 +410,65 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
         w.wakeWriter()
       },
 
+      /**
+       * OBS-01: `run` with the caller's span when a tracer is installed (it parents the commit span);
+       * without one, no operation is added.
+       */
+      inCallerSpan<A, E>(run: (parent: Tracer.AnySpan | undefined) => Effect.Effect<A, E>): Effect.Effect<A, E> {
+        return telemetry.tracer === undefined
+          ? run(undefined)
+          : Effect.withFiberRuntime((fiber) => run(observability.currentSpanOf(fiber)))
+      },
+
       append(event: CustomEventInput): Effect.Effect<SessionEvent, SessionError.SessionAppendError> {
         // validation and submission in the one op that suspends the caller until the writer resumes it
-        return w.withWriter(Effect.async<SessionEvent, SessionError.SessionAppendError>((resume) => {
-          const checked = codec.customInput(event)
-          if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-          w.submit({ one: checked.right, resume })
-        }))
+        return w.inCallerSpan((parent) =>
+          w.withWriter(Effect.async<SessionEvent, SessionError.SessionAppendError>((resume) => {
+            const checked = codec.customInput(event)
+            if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+            w.submit({ one: checked.right, resume, parent })
+          }))
+        )
       },
 
       appendAll(
         events: Arr.NonEmptyReadonlyArray<CustomEventInput>
       ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
-          if (!Array.isArray(events) || events.length === 0) {
-            return resume(
-              Exit.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
-            )
-          }
-          const inputs: Array<Input> = []
-          for (const event of events) {
-            const checked = codec.customInput(event)
-            if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-            inputs.push(checked.right)
-          }
-          w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
-        }))
+        return w.inCallerSpan((parent) =>
+          w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
+            if (!Array.isArray(events) || events.length === 0) {
+              return resume(
+                Exit.fail(
+                  new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" })
+                )
+              )
+            }
+            const inputs: Array<Input> = []
+            for (const event of events) {
+              const checked = codec.customInput(event)
+              if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+              inputs.push(checked.right)
+            }
+            w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume, parent })
+          }))
+        )
       },
 
       appendCore(
         events: Arr.NonEmptyReadonlyArray<CoreEventInput>
       ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
-          // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
-          const inputs: Array<Input> = []
-          for (let i = 0; i < events.length; i++) {
-            const checked = codec.coreEvent(events[i]!)
-            if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-            inputs.push(checked.right)
-          }
-          w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
-        }))
+        return w.inCallerSpan((parent) =>
+          w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
+            // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
+            const inputs: Array<Input> = []
+            for (let i = 0; i < events.length; i++) {
+              const checked = codec.coreEvent(events[i]!)
+              if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+              inputs.push(checked.right)
+            }
+            w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume, parent })
+          }))
+        )
       }
     }
 

@@ -86,7 +86,8 @@ const driverOf = (
   inbox: internalInbox.InboxInternal,
   options: AgentOptions,
   route: Partial<Tool.Route>,
-  emit: (event: AgentEvent) => Effect.Effect<void>
+  emit: (event: AgentEvent) => Effect.Effect<void>,
+  parentAgent: Agent | undefined
 ): Driver.Driver =>
   Driver.unsafeMake({
     id: build.id,
@@ -110,7 +111,9 @@ const driverOf = (
       return fiberModule.forkIn(drain, build.sessionScope, loop.backgroundRefs)
     },
     storedRoute: route,
-    publishing: publishingRef
+    publishing: publishingRef,
+    telemetry: loop.telemetry,
+    parentId: parentAgent?.id
   })
 
 type Spawn = <E, R>(
@@ -254,10 +257,12 @@ export const buildAgent = (
         return emit(inboxEvent(build.id, change))
       },
       // publication only: it never writes to the inbox (CORE-07's guard is for users' observers)
-      trustedObserver: true
+      trustedObserver: true,
+      // OBS-02: counted in the inbox depth until the teardown (`driver.unmeter`)
+      metered: true
     }
     const finish = (inbox: internalInbox.InboxInternal) => {
-      const driver = driverOf(loop, build, session, inbox, options, route, emit)
+      const driver = driverOf(loop, build, session, inbox, options, route, emit, parentAgent)
       build.driver = driver
       const spawn = spawnOf(loop, build, driver)
       const agent = agentOf(build, session, inbox, options, driver, feed, spawn, forkOf(loop, build, session, driver))

@@ -8,6 +8,7 @@
  *
  * @internal
  */
+import type { Tracer } from "effect"
 import { Cause, Duration, Effect, Either, Exit, Option } from "effect"
 import { AgentEvent } from "../../AgentEvent.js"
 import type { ContentPart, MessageId } from "../../Message.js"
@@ -15,6 +16,7 @@ import type { CoreEventInput } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
 import { make as makeLock } from "../lock.js"
 import * as modelOutput from "../modelOutput.js"
+import * as observability from "../observability.js"
 import { toolCallFinished } from "./liveEvents.js"
 import type { DriverState } from "./state.js"
 import type { PendingCall, ToolOutcome, TurnContext } from "./turnContext.js"
@@ -124,9 +126,32 @@ const settleRun = (
   return false
 }
 
+/** OBS-02: a finished call's outcome tag: `ok`, `error` (its result says so), or its error's code. */
+const outcomeOf = (call: PendingCall): string => {
+  const result = call.result
+  if (result?.error !== undefined) return result.error.code.toLowerCase()
+  return result?.message.isError === true ? "error" : "ok"
+}
+
+/** OBS-01/02: what a call that ran leaves on its span and in the metrics. */
+const recordCall = (
+  state: DriverState,
+  call: PendingCall,
+  started: number,
+  outcome: string,
+  span: Tracer.Span | undefined
+): void => {
+  observability.recordToolCall(call.name, outcome, state.deps.telemetry.clock.unsafeCurrentTimeMillis() - started)
+  if (span === undefined) return
+  span.attribute(observability.attr.isError, call.result?.message.isError === true)
+  if (call.result?.error !== undefined) span.attribute(observability.attr.errorType, call.result.error.code)
+}
+
 /**
  * Runs one call: its `tool/call` is written and the call marked started together, then only the body
  * is interruptible (CAN-05). An interrupted body leaves the call `started` (closers log `ABORTED`).
+ * With a tracer, in an `effect-agent.tool.call` span (OBS-01): a child of the step's, the parent of
+ * the tool's own spans.
  */
 const runTool = (
   state: DriverState,
@@ -136,9 +161,27 @@ const runTool = (
   tools: ReadonlyMap<string, Tool.Any>,
   closeStep: boolean
 ) =>
+  observability.spanned(state.deps.telemetry, "effect-agent.tool.call", () => ({
+    [observability.attr.agentId]: state.deps.id,
+    [observability.attr.turn]: ctx.turn,
+    [observability.attr.step]: step,
+    [observability.attr.toolName]: call.name,
+    [observability.attr.toolCallId]: call.callId
+  }), (span) => runToolBody(state, ctx, step, call, tools, closeStep, span))
+
+const runToolBody = (
+  state: DriverState,
+  ctx: TurnContext,
+  step: number,
+  call: PendingCall,
+  tools: ReadonlyMap<string, Tool.Any>,
+  closeStep: boolean,
+  span: Tracer.Span | undefined
+) =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const deps = state.deps
+      const started = deps.telemetry.clock.unsafeCurrentTimeMillis()
       const [logged] = yield* write(state, [{
         type: "tool/call",
         data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
@@ -173,11 +216,15 @@ const runTool = (
             tool.timeout
           )))
           const settled = settleRun(call, tool, exit)
-          if (typeof settled !== "boolean") return yield* Effect.failCause(settled)
+          if (typeof settled !== "boolean") {
+            recordCall(state, call, started, Cause.isInterruptedOnly(settled) ? "aborted" : "tool_defect", span)
+            return yield* Effect.failCause(settled)
+          }
           concludes = settled
         }
       }
       call.state = "done"
+      recordCall(state, call, started, outcomeOf(call), span)
       // TOOL-01, EVS-02: its result is logged as soon as every call before it is, by the fiber that
       // completes that prefix; one at a time, so the log keeps the model's order
       yield* (ctx.resultsLock ??= makeLock()).withLock(flushResults(state, ctx, step, closeStep))

@@ -5,6 +5,7 @@
  * @internal
  */
 import type { Array as Arr } from "effect"
+import type { Tracer } from "effect"
 import { Cause, Data, Effect, Option } from "effect"
 import type { MessageId, ToolResultMessage } from "../../Message.js"
 import type * as SessionError from "../../SessionError.js"
@@ -43,6 +44,11 @@ export class TurnContext {
   logged = 0
   /** TOOL-01: the results of the step's calls are logged one flush at a time (made on first use). */
   resultsLock: Lock | undefined = undefined
+  /** OBS-01: the turn's span and the current step's, when a tracer is installed; the usage summed for it. */
+  span: Tracer.Span | undefined = undefined
+  stepSpan: Tracer.Span | undefined = undefined
+  inputTokens = 0
+  outputTokens = 0
   constructor(readonly turn: number) {}
 }
 
