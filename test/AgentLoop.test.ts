@@ -246,7 +246,7 @@ describe("AgentLoop create (PUB)", () => {
     { fastCheck: { numRuns: 10 } }
   )
 
-  it.scoped("OBS-01 create runs in an effect-agent.create span: a child of the caller's span, the parent of setup's", () =>
+  it.scoped("OBS-01 create runs in an effect-agent.create span: a child of the caller's, the parent of setup's", () =>
     Effect.gen(function*() {
       const rt = yield* makeRuntime([])
       const recording = yield* recordingTracer

@@ -54,7 +54,8 @@ export const describeEvent = (event: AgentEvent.AgentEvent): string => {
     case "ModelDelta":
       return `  model ${event.kind}: ${quote(event.text)}`
     case "AssistantMessage":
-      return `  assistant message #${event.seq}${event.toolCalls.length > 0 ? `, ${event.toolCalls.length} tool call(s)` : ""}`
+      return `  assistant message #${event.seq}` +
+        (event.toolCalls.length > 0 ? `, ${event.toolCalls.length} tool call(s)` : "")
     case "ToolCallStarted":
       return `  tool ${event.name} (${event.callId}) started`
     case "ToolCallFinished":
