@@ -59,7 +59,7 @@ const usageSums = (log: ReadonlyArray<SessionEvent>) => {
 }
 
 describe("OBS-02 metrics", () => {
-  it.scoped("OBS-02 a scripted tool turn: turns, steps, tool calls and latency, model requests and tokens, commits", () =>
+  it.scoped("OBS-02 a scripted tool turn: turns, steps, tool calls and latency, model requests, tokens, commits", () =>
     Effect.gen(function*() {
       const rt = yield* memoryRuntime([
         [Model.text("let me look"), Model.toolCall("c1", "look", "{}"), Model.toolCall("c2", "broken", "{}")],
@@ -138,7 +138,7 @@ describe("OBS-02 metrics", () => {
       assert.isBelow(change.commitsTimed, log.length, "batches of several events")
     }))
 
-  it.scoped("OBS-02 live agents and inbox depth: counted from publication, resumed pending counts, torn down leaves", () =>
+  it.scoped("OBS-02 live agents and inbox depth: from publication, a resume's pending counts, a teardown leaves", () =>
     Effect.gen(function*() {
       const storage = yield* SessionPersistence.makeMemoryStorage
       const rt = yield* memoryRuntime([], { storage })
@@ -187,7 +187,11 @@ describe("OBS-02 metrics", () => {
         read,
         Effect.gen(function*() {
           const registry = yield* AgentRegistry
-          const handle = yield* registry.create({ sessionId: "aborted", options: route, setup: (a) => a.tools.register(stuck) })
+          const handle = yield* registry.create({
+            sessionId: "aborted",
+            options: route,
+            setup: (a) => a.tools.register(stuck)
+          })
           yield* handle.agent.followup(Message.user("go"))
           yield* Deferred.await(started)
           yield* handle.agent.cancel({ kind: "user" })

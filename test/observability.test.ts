@@ -43,7 +43,11 @@ describe("OBS-01 spans", () => {
         [[Model.text("let me look"), Model.toolCall("c1", "look", "{}")], Model.text("done")],
         Effect.gen(function*() {
           const registry = yield* AgentRegistry
-          const handle = yield* registry.create({ sessionId: "traced", options: route, setup: (a) => a.tools.register(look) })
+          const handle = yield* registry.create({
+            sessionId: "traced",
+            options: route,
+            setup: (a) => a.tools.register(look)
+          })
           yield* handle.agent.followup(Message.user("go", { id: "m1" }))
           yield* handle.agent.whenIdle
           const log = yield* handle.agent.session.events
@@ -121,7 +125,11 @@ describe("OBS-01 spans", () => {
         [[Model.toolCall("c1", "slow", "{}")]],
         Effect.gen(function*() {
           const registry = yield* AgentRegistry
-          const handle = yield* registry.create({ sessionId: "cancelled", options: route, setup: (a) => a.tools.register(slow) })
+          const handle = yield* registry.create({
+            sessionId: "cancelled",
+            options: route,
+            setup: (a) => a.tools.register(slow)
+          })
           yield* handle.agent.followup(Message.user("go", { id: "m1" }))
           yield* Deferred.await(started)
           yield* handle.agent.cancel({ kind: "user" })
@@ -150,7 +158,7 @@ describe("OBS-01 spans", () => {
       assert.isTrue(named(spans, "effect-agent.persistence.commit").some((c) => isChildOf(c, turn)))
     }))
 
-  it.scoped("OBS-01 RES-03 a resume with repair: the resume span counts the repair events, their commit is its child", () =>
+  it.scoped("OBS-01 RES-03 a resume with repair: the resume span counts the repair events, its commit is a child", () =>
     Effect.gen(function*() {
       // a first process ran a turn; its turn/end never reached the disk
       const first = yield* runTraced(
