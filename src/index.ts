@@ -99,3 +99,4 @@ export * as AgentHost from "./AgentHost.js"
  * @since 0.2.0
  */
 export * as Compaction from "./Compaction.js"
+export * as Metrics from "./Metrics.js"

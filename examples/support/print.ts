@@ -53,6 +53,9 @@ export const describeEvent = (event: AgentEvent.AgentEvent): string => {
       return `turn ${event.turn} started`
     case "ModelDelta":
       return `  model ${event.kind}: ${quote(event.text)}`
+    case "AssistantMessage":
+      return `  assistant message #${event.seq}` +
+        (event.toolCalls.length > 0 ? `, ${event.toolCalls.length} tool call(s)` : "")
     case "ToolCallStarted":
       return `  tool ${event.name} (${event.callId}) started`
     case "ToolCallFinished":

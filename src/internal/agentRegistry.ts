@@ -7,7 +7,7 @@
  * @internal
  */
 import { Context, Deferred, Effect, FiberRef, Option, Ref, RuntimeFlags, Scope } from "effect"
-import type { Fiber } from "effect"
+import type { Fiber, Tracer } from "effect"
 import { globalValue } from "effect/GlobalValue"
 import type { Agent, AgentHandle, CreateOptions, ResumeOptions } from "../Agent.js"
 import * as AgentError from "../AgentError.js"
@@ -18,6 +18,7 @@ import * as SessionError from "../SessionError.js"
 import * as Feed from "./feed.js"
 import * as finalizer from "./finalizer.js"
 import * as lifecycle from "./lifecycle.js"
+import * as observability from "./observability.js"
 
 /**
  * The agent that initiated the current work. Only ever set with `Effect.locally` (never
@@ -67,6 +68,26 @@ const initiatorIn = (fiber: Fiber.RuntimeFiber<unknown, unknown>): { readonly in
   const initiator = fiber.getFiberRef(currentInitiatorRef)
   return Option.isSome(initiator) ? { initiator: initiator.value.id } : {}
 }
+
+/**
+ * OBS-01: what `effect-agent.create`/`effect-agent.resume` say of the agent: its id (as given), its
+ * parent, and the initiator of the fiber chain that creates it.
+ */
+const creationAttributes = (
+  span: Tracer.Span,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  options: { readonly sessionId: string; readonly parentAgent?: Agent | undefined }
+): void => {
+  span.attribute(observability.attr.agentId, options.sessionId)
+  if (options.parentAgent !== undefined) span.attribute(observability.attr.parentId, options.parentAgent.id)
+  const initiator = fiber.getFiberRef(currentInitiatorRef)
+  if (Option.isSome(initiator)) span.attribute(observability.attr.initiator, initiator.value.id)
+}
+
+// the spans without Effect.fn's call-site Error and context acquire/release: ≈25 of the ≈200
+// operations of a create+dispose (B1); OBS-01's names and attributes (set in place)
+const createSpan = finalizer.withSpanLight("effect-agent.create")
+const resumeSpan = finalizer.withSpanLight("effect-agent.resume")
 
 /** @internal */
 export interface Options {
@@ -266,9 +287,15 @@ const resumeOrCreateWith = <E, R>(s: RegistryState, publisher: AgentPublisher, o
       parentAgent: options.parentAgent,
       setup: options.setup
     }
-    const resumeStored = factory.resume(resumeOptions, owner, publisher)
+    const resumeStored = resumeSpan(
+      factory.resume(resumeOptions, owner, publisher),
+      (span, fiber) => creationAttributes(span, fiber, options)
+    )
     // A concurrent creation stored the session between our resume and create: resume it, once.
-    const createFresh = factory.create(options, owner, publisher).pipe(
+    const createFresh = createSpan(
+      factory.create(options, owner, publisher),
+      (span, fiber) => creationAttributes(span, fiber, options)
+    ).pipe(
       Effect.catchIf(
         (error) => error instanceof AgentError.AgentAlreadyExists && error.where === "stored",
         () => resumeStored
@@ -346,10 +373,6 @@ const closeRegions = (s: RegistryState) =>
 /** The service over the state: public methods traced (`Effect.fn`), the create path with a light span. */
 const serviceOf = (s: RegistryState, publisher: AgentPublisher): AgentRegistry["Type"] & Untraced => {
   const lookup = (id: SessionId | string) => lookupIn(s, id)
-  // the spans without Effect.fn's call-site Error and context acquire/release: ≈25 of the ≈200
-  // operations of a create+dispose (B1)
-  const createSpan = finalizer.withSpanLight("AgentRegistry.create")
-  const resumeSpan = finalizer.withSpanLight("AgentRegistry.resume")
   const region = regionOf(s)
   const currentInitiator = FiberRef.get(currentInitiatorRef)
   return {
@@ -362,8 +385,16 @@ const serviceOf = (s: RegistryState, publisher: AgentPublisher): AgentRegistry["
     isOwnedBy: Effect.fn("AgentRegistry.isOwnedBy")(function*(id: SessionId | string, parent: Agent) {
       return yield* isOwnedByIn(s, id, parent)
     }),
-    create: (options) => createSpan(withFactory(s, (factory, owner) => factory.create(options, owner, publisher))),
-    resume: (options) => resumeSpan(withFactory(s, (factory, owner) => factory.resume(options, owner, publisher))),
+    create: (options) =>
+      createSpan(
+        withFactory(s, (factory, owner) => factory.create(options, owner, publisher)),
+        (span, fiber) => creationAttributes(span, fiber, options)
+      ),
+    resume: (options) =>
+      resumeSpan(
+        withFactory(s, (factory, owner) => factory.resume(options, owner, publisher)),
+        (span, fiber) => creationAttributes(span, fiber, options)
+      ),
     resumeOrCreate: Effect.fn("AgentRegistry.resumeOrCreate")(function*<E, R>(options: CreateOptions<E, R>) {
       return yield* resumeOrCreateWith(s, publisher, options)
     }),

@@ -61,6 +61,8 @@ export interface Driver {
   /** Never had an activity: `stop` then only refuses new work, in one synchronous step (B1). */
   readonly neverActive: () => boolean
   readonly isActive: () => boolean
+  /** OBS-02: the agent was torn down: its inbox leaves `Metrics.inboxDepth`. */
+  readonly unmeter: () => void
 }
 
 /**
@@ -96,6 +98,9 @@ class DriverHandle implements Driver {
   }
   get stop() {
     return verbs.stop(this.state)
+  }
+  unmeter() {
+    this.state.deps.inbox.unmeter()
   }
   neverActive() {
     return this.state.phaseLock === undefined

@@ -33,6 +33,7 @@ import { AgentRegistry } from "../AgentRegistry.js"
 import type { SessionId } from "../Message.js"
 import { sessionId as parseSessionId } from "../Message.js"
 import { SessionPersistence } from "../SessionPersistence.js"
+import * as observability from "./observability.js"
 import * as recovery from "./hostRecovery.js"
 
 /** A live agent of the host. */
@@ -184,7 +185,7 @@ export const make = <R>(
         signalFreed()
         yield* Deferred.succeed(done, undefined)
         return true
-      }))
+      })).pipe(observability.hostPassivation(hosted.id, force))
 
     /**
      * The idle timer of a live agent: once it is idle and `idleTimeout` passed since its last
@@ -322,7 +323,7 @@ export const make = <R>(
         // HOST-03: what a crash interrupted runs without a new message
         if (settings.wakeOnActivate && wasResumed(handle.agent)) yield* handle.agent.wake
         return hosted
-      })
+      }).pipe(observability.hostActivation(id))
 
     /** The activation's outcome, published to its waiters; the slot is Live or gone afterwards. */
     const settleActivation = (

@@ -8,7 +8,7 @@
  */
 import { Cause, Effect, Either, Exit, Fiber, Option, Scope } from "effect"
 import * as fiberModule from "./fiber.js"
-import type { Array as Arr, Clock, FiberRefs } from "effect"
+import type { Array as Arr, Clock, FiberRefs, Tracer } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as eventCursor from "./eventCursor.js"
@@ -20,6 +20,7 @@ import { currentInitiatorRef } from "./agentRegistry.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "./feed.js"
 import * as history from "./history.js"
+import * as observability from "./observability.js"
 
 /**
  * What only the inbox, the loop and repair may do with a session (SES-00).
@@ -35,6 +36,8 @@ export interface SessionCore {
   readonly lastTurn: () => number
   /** The turn open at the end of the log, if any. */
   readonly openTurn: () => number | undefined
+  /** The seq of the open turn's `turn/start`, if a turn is open (EVS-02: what `TurnStarted` mirrors). */
+  readonly openTurnSeq: () => number | undefined
   /** The log length at the end of the last closed turn (FORK-01's default boundary). */
   readonly closedLength: () => number
   /** The current length of the log. */
@@ -81,11 +84,17 @@ type AppendExit<A> = Exit.Exit<A, AppendError>
  * (resolves with the array); `resume` completes the caller.
  */
 type Request =
-  | { readonly one: Input; readonly resume: (exit: AppendExit<SessionEvent>) => void }
+  | {
+    readonly one: Input
+    readonly resume: (exit: AppendExit<SessionEvent>) => void
+    /** OBS-01: the caller's span, when a tracer is installed (the commit span's parent). */
+    readonly parent?: Tracer.AnySpan | undefined
+  }
   | {
     readonly one: undefined
     readonly many: Arr.NonEmptyReadonlyArray<Input>
     readonly resume: (exit: AppendExit<Arr.NonEmptyReadonlyArray<SessionEvent>>) => void
+    readonly parent?: Tracer.AnySpan | undefined
   }
 
 /** Whether a writer refused a batch for what it holds (DUR-05), not for a failure to store it. */
@@ -108,14 +117,17 @@ const stamp = (input: Input, seq: number, time: number): SessionEvent =>
 export class TurnState {
   lastTurn = 0
   openTurn: number | undefined = undefined
+  openTurnSeq: number | undefined = undefined
   closedLength = 0
   fold(event: SessionEvent, lengthAfter: number): void {
     if (event.type === "turn/start") {
       const turn = (event.data as { readonly turn: number }).turn
       this.lastTurn = Math.max(this.lastTurn, turn)
       this.openTurn = turn
+      this.openTurnSeq = event.seq
     } else if (event.type === "turn/end") {
       this.openTurn = undefined
+      this.openTurnSeq = undefined
     }
     if (this.openTurn === undefined) this.closedLength = lengthAfter
   }
@@ -192,6 +204,8 @@ class SessionState implements SessionCore {
   writerLoop: WriterLoop | undefined = undefined
   /** SES-04: the close, added to the session's Scope. */
   readonly close: Effect.Effect<void>
+  /** OBS-01/02: the writer fiber's tracer (commit spans only with a non-default one). */
+  readonly telemetry: observability.Telemetry
   constructor(
     readonly id: SessionId,
     readonly scope: Scope.Scope,
@@ -207,6 +221,7 @@ class SessionState implements SessionCore {
       this.usageSums = usage.add(this.usageSums, event)
     }
     this.close = closeOf(this)
+    this.telemetry = observability.fromRefs(refs)
   }
   appendCore(events: Arr.NonEmptyReadonlyArray<CoreEventInput>) {
     return appendCoreEvents(this, events)
@@ -216,6 +231,9 @@ class SessionState implements SessionCore {
   }
   openTurn() {
     return this.turns.openTurn
+  }
+  openTurnSeq() {
+    return this.turns.openTurnSeq
   }
   closedLength() {
     return this.turns.closedLength
@@ -337,12 +355,14 @@ const writeBatch = (
   }
   const writer = s.writer
   if (writer === undefined) return commit(s, batch, stamped, then)
+  const measured = commitMeasure(s, batch, stamped.length, time)
   // a defect of the writer reaches the callers as a defect; the writer fiber lives on (also when a
   // persistence implementation throws instead of returning an Effect: suspended)
   return Effect.matchCauseEffect(
     Effect.suspend(() => writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)),
     {
       onFailure: (cause) => {
+        measured(Exit.failCause(cause))
         if (s.isAbandoned) return Effect.void
         // DUR-04 inside a session: a batch of several callers refused for its content (an event over
         // maxEventBytes, the session over maxSessionBytes) stored nothing, so it is written again
@@ -352,9 +372,34 @@ const writeBatch = (
         for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
         return then()
       },
-      onSuccess: () => (s.isAbandoned ? Effect.void : commit(s, batch, stamped, then))
+      onSuccess: () => {
+        measured(Exit.void)
+        return s.isAbandoned ? Effect.void : commit(s, batch, stamped, then)
+      }
     }
   )
+}
+
+/**
+ * OBS-01/02: opens the commit span under the batch's first caller's span (when a tracer is
+ * installed); returns what records the commit's latency and size once the persistence answered.
+ */
+const commitMeasure = (
+  s: SessionState,
+  batch: ReadonlyArray<Request>,
+  size: number,
+  time: number
+): (exit: Exit.Exit<unknown, unknown>) => void => {
+  const span = s.telemetry.tracer === undefined
+    ? undefined
+    : observability.startSpan(s.telemetry, "effect-agent.persistence.commit", batch[0]!.parent, {
+      [observability.attr.sessionId]: s.id,
+      [observability.attr.batchSize]: size
+    })
+  return (exit) => {
+    observability.recordCommit(size, s.writerLoop!.clock!.unsafeCurrentTimeMillis() - time, Exit.isSuccess(exit))
+    observability.endSpan(s.telemetry, span, exit)
+  }
 }
 
 /** Writes the requests of `batch` from `i` on, each as a batch of its own, then `then` (DUR-04). */
@@ -461,49 +506,66 @@ const submit = (s: SessionState, request: Request): void => {
   wakeWriter(s)
 }
 
+/**
+ * OBS-01: `run` with the caller's span when a tracer is installed (it parents the commit span);
+ * without one, no operation is added.
+ */
+const inCallerSpan = <A, E>(
+  s: SessionState,
+  run: (parent: Tracer.AnySpan | undefined) => Effect.Effect<A, E>
+): Effect.Effect<A, E> =>
+  s.telemetry.tracer === undefined
+    ? run(undefined)
+    : Effect.withFiberRuntime((fiber) => run(observability.currentSpanOf(fiber)))
+
 /** SES-01: one custom event, validated (DUR-01) and submitted in the op that suspends the caller. */
 const appendOne = (s: SessionState, event: CustomEventInput): Effect.Effect<SessionEvent, AppendError> =>
-  withWriter(s, Effect.async<SessionEvent, AppendError>((resume) => {
-    const checked = codec.customInput(event)
-    if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-    submit(s, { one: checked.right, resume })
-  }))
+  inCallerSpan(s, (parent) =>
+    withWriter(s, Effect.async<SessionEvent, AppendError>((resume) => {
+      const checked = codec.customInput(event)
+      if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+      submit(s, { one: checked.right, resume, parent })
+    })))
 
 /** SES-01: custom events as one batch, all validated before any is submitted (DUR-01). */
 const appendMany = (
   s: SessionState,
   events: Arr.NonEmptyReadonlyArray<CustomEventInput>
 ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError> =>
-  withWriter(s, Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
-    if (!Array.isArray(events) || events.length === 0) {
-      return resume(
-        Exit.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
-      )
-    }
-    const inputs: Array<Input> = []
-    for (const event of events) {
-      const checked = codec.customInput(event)
-      if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-      inputs.push(checked.right)
-    }
-    submit(s, { one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
-  }))
+  inCallerSpan(s, (parent) =>
+    withWriter(s, Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
+      if (!Array.isArray(events) || events.length === 0) {
+        return resume(
+          Exit.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
+        )
+      }
+      const inputs: Array<Input> = []
+      for (const event of events) {
+        const checked = codec.customInput(event)
+        if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+        inputs.push(checked.right)
+      }
+      submit(s, { one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume, parent })
+    }))
+  )
 
 /** SES-00: core events as one batch (the inbox, the loop, repair). */
 const appendCoreEvents = (
   s: SessionState,
   events: Arr.NonEmptyReadonlyArray<CoreEventInput>
 ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError> =>
-  withWriter(s, Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
-    // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
-    const inputs: Array<Input> = []
-    for (let i = 0; i < events.length; i++) {
-      const checked = codec.coreEvent(events[i]!)
-      if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-      inputs.push(checked.right)
-    }
-    submit(s, { one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
-  }))
+  inCallerSpan(s, (parent) =>
+    withWriter(s, Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
+      // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
+      const inputs: Array<Input> = []
+      for (let i = 0; i < events.length; i++) {
+        const checked = codec.coreEvent(events[i]!)
+        if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+        inputs.push(checked.right)
+      }
+      submit(s, { one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume, parent })
+    }))
+  )
 
 const stateKey: unique symbol = Symbol("effect-agent/Session/state")
 

@@ -43,11 +43,17 @@ const statusOf = (event: AgentEvent) => event._tag === "AgentStatusChanged" ? Op
 const inboxEvent = (agent: SessionId, change: InboxChange): AgentEvent => {
   switch (change._tag) {
     case "Inserted":
-      return AgentEvent.InboxInserted({ agent, target: change.target, messages: change.messages })
+      return AgentEvent.InboxInserted({ agent, target: change.target, messages: change.messages, seq: change.seq })
     case "Discarded":
-      return AgentEvent.InboxDiscarded({ agent, target: change.target, ids: change.ids, outcome: change.outcome })
+      return AgentEvent.InboxDiscarded({
+        agent,
+        target: change.target,
+        ids: change.ids,
+        outcome: change.outcome,
+        seq: change.seq
+      })
     case "Claimed":
-      return AgentEvent.InboxClaimed({ agent, turn: change.turn, messages: change.messages })
+      return AgentEvent.InboxClaimed({ agent, turn: change.turn, messages: change.messages, seq: change.seq })
   }
 }
 
@@ -80,7 +86,8 @@ const driverOf = (
   inbox: internalInbox.InboxInternal,
   options: AgentOptions,
   route: Partial<Tool.Route>,
-  emit: (event: AgentEvent) => Effect.Effect<void>
+  emit: (event: AgentEvent) => Effect.Effect<void>,
+  parentAgent: Agent | undefined
 ): Driver.Driver =>
   Driver.unsafeMake({
     id: build.id,
@@ -104,7 +111,9 @@ const driverOf = (
       return fiberModule.forkIn(drain, build.sessionScope, loop.backgroundRefs)
     },
     storedRoute: route,
-    publishing: publishingRef
+    publishing: publishingRef,
+    telemetry: loop.telemetry,
+    parentId: parentAgent?.id
   })
 
 type Spawn = <E, R>(
@@ -264,10 +273,12 @@ export const buildAgent = (
         return emit(inboxEvent(build.id, change))
       },
       // publication only: it never writes to the inbox (CORE-07's guard is for users' observers)
-      trustedObserver: true
+      trustedObserver: true,
+      // OBS-02: counted in the inbox depth until the teardown (`driver.unmeter`)
+      metered: true
     }
     const finish = (inbox: internalInbox.InboxInternal) => {
-      const driver = driverOf(loop, build, session, inbox, options, route, emit)
+      const driver = driverOf(loop, build, session, inbox, options, route, emit, parentAgent)
       build.driver = driver
       const spawn = spawnOf(loop, build, driver)
       const agent = new LiveAgent(build, options, session, inbox, driver, feed, spawn, forkOf(loop, build, session, driver))

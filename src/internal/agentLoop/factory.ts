@@ -28,6 +28,7 @@ import * as fiberModule from "../fiber.js"
 import * as finalizer from "../finalizer.js"
 import * as internalInbox from "../inbox.js"
 import * as lock from "../lock.js"
+import * as observability from "../observability.js"
 import * as internalOptions from "../options.js"
 import * as internalSession from "../session.js"
 import { buildAgent } from "./agent.js"
@@ -231,7 +232,13 @@ const openStored = <E, R>(
     const replayed = yield* internalInbox.replay(id, events, stored.header.seedLength)
     if (closers.length > 0) {
       yield* codec.checkBeforeWrite(closers)
-      yield* opened.writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>])
+      // OBS-01: the repair is a commit of its own, and the resume span says how many events it wrote
+      yield* Effect.annotateCurrentSpan(observability.attr.repairEvents, closers.length)
+      yield* observability.spannedHere("effect-agent.persistence.commit", () => ({
+        [observability.attr.sessionId]: id,
+        [observability.attr.batchSize]: closers.length,
+        [observability.attr.repairEvents]: closers.length
+      }), () => opened.writer.append(closers as unknown as readonly [SessionEvent, ...Array<SessionEvent>]))
     }
     const session = yield* internalSession.makeIn(build.sessionScope, {
       header: stored.header,
@@ -323,6 +330,8 @@ export const make = (teardownTimeout: Duration.DurationInput | undefined): Effec
     const runtime = yield* Effect.runtime<never>()
     /** The teardowns (and their watcher), owned by the factory's Scope (CORE-01). */
     const teardowns = yield* FiberSet.make<unknown, unknown>()
+    // what every background fiber starts with: the factory's FiberRefs, never a caller's (§6.3, CORE-01)
+    const backgroundRefs = fiberModule.isolatedRefs(runtime, [currentInitiatorRef, publishingRef, inCommitRef, ownRef])
     const loop: Loop = {
       teardownTimeout: Duration.decode(teardownTimeout ?? Duration.seconds(30)),
       registry,
@@ -331,8 +340,9 @@ export const make = (teardownTimeout: Duration.DurationInput | undefined): Effec
       persistence: yield* Effect.serviceOption(SessionPersistence),
       globalTools: yield* Effect.serviceOption(Tool.ToolRegistry),
       globalHooks: yield* Effect.serviceOption(Tool.LoopHooks),
-      // what every background fiber starts with: the factory's FiberRefs, never a caller's (§6.3, CORE-01)
-      backgroundRefs: fiberModule.isolatedRefs(runtime, [currentInitiatorRef, publishingRef, inCommitRef, ownRef]),
+      backgroundRefs,
+      // OBS-01/02: read once from those FiberRefs (the tracer of the factory's runtime, its Clock)
+      telemetry: observability.fromRefs(backgroundRefs),
       critical: lock.make(),
       runInTeardowns: yield* FiberSet.runtime(teardowns)<never>(),
       clock: yield* Effect.clock,

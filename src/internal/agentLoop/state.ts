@@ -24,6 +24,7 @@ import type * as Feed from "../feed.js"
 import * as finalizer from "../finalizer.js"
 import type * as internalHooks from "../hooks.js"
 import type { Lock } from "../lock.js"
+import type { Telemetry } from "../observability.js"
 
 /**
  * The id of the agent whose creation is publishing in this fiber chain: sends from its own hooks do
@@ -166,6 +167,8 @@ export interface Loop {
   readonly globalHooks: Option.Option<Tool.LoopHooks["Type"]>
   /** What every background fiber starts with: the factory's FiberRefs, never a caller's (§6.3, CORE-01). */
   readonly backgroundRefs: FiberRefs.FiberRefs
+  /** OBS-01/02: the tracer (when spans are made) and Clock of those background fibers. */
+  readonly telemetry: Telemetry
   /**
    * The registry-wide critical section of PUB step 4: entered from the transaction's uninterruptible
    * region; only the wait for it is interruptible (PUB-06), by the transaction's restore.

@@ -6,10 +6,11 @@
  *
  * @internal
  */
-import type { Cause } from "effect"
+import type { Cause, Tracer } from "effect"
 import { Deferred, Effect, ExecutionStrategy, Exit, Fiber, FiberId, FiberRefs, Scope } from "effect"
 import type * as AgentError from "../../AgentError.js"
 import type { AgentPublisher } from "../../AgentRegistry.js"
+import * as observability from "../observability.js"
 import type { Abort, Build, Loop } from "./state.js"
 import { inactive, ownRef } from "./state.js"
 import {
@@ -76,9 +77,22 @@ const closeLifecycle = (build: Build, publisher: AgentPublisher, failures: Array
   })
 }
 
-/** The teardown: `Scope.close` of the lifecycle Scope (CORE-02), then the outcome, then the link. */
-const runTeardown = (loop: Loop, build: Build, publisher: AgentPublisher): Effect.Effect<void> =>
+/**
+ * The teardown: `Scope.close` of the lifecycle Scope (CORE-02), then the outcome, then the link. With
+ * a tracer, in an `effect-agent.dispose` span (OBS-01) under the span of whoever started it.
+ */
+const runTeardown = (
+  loop: Loop,
+  build: Build,
+  publisher: AgentPublisher,
+  parent: Tracer.AnySpan | undefined
+): Effect.Effect<void> =>
   Effect.suspend(() => {
+    const span = loop.telemetry.tracer === undefined
+      ? undefined
+      : observability.startSpan(loop.telemetry, "effect-agent.dispose", parent, {
+        [observability.attr.agentId]: build.id
+      })
     const failures: Array<Cause.Cause<unknown>> = []
     // one `Effect.exit` for the whole: a step that dies fails the close, and a defect before it
     // (waiting for the creation, making the Scope) leaves `failures` empty, so `outcomeOf` gives it
@@ -89,7 +103,12 @@ const runTeardown = (loop: Loop, build: Build, publisher: AgentPublisher): Effec
     // LIFE-01's last step: the factory's bookkeeping, whatever the close's exit (one handler, B1)
     const bookkeeping = (result: Exit.Exit<void>) => {
       loop.live.delete(build)
-      settleOutcome(build, outcomeOf(build, result, failures))
+      // OBS-02: no longer live, its inbox no longer counted
+      if (build.published) observability.countLive(-1)
+      if (build.driver !== undefined) build.driver.unmeter()
+      const outcome = outcomeOf(build, result, failures)
+      observability.endSpan(loop.telemetry, span, outcome)
+      settleOutcome(build, outcome)
       loop.timedOut.delete(build)
       loop.deadlines.delete(build)
       return Scope.close(build.link, Exit.void)
@@ -110,9 +129,14 @@ const teardownRefs = (loop: Loop, build: Build) =>
  * (LIFE-02), in its own `ownRef` region, with the factory's FiberRefs (never an owner's). One that
  * does not finish at once is watched for its timeout (CORE-06).
  */
-const forkTeardown = (loop: Loop, build: Build, publisher: AgentPublisher): void => {
+const forkTeardown = (
+  loop: Loop,
+  build: Build,
+  publisher: AgentPublisher,
+  parent: Tracer.AnySpan | undefined
+): void => {
   const refs = teardownRefs(loop, build)
-  loop.runInTeardowns(Effect.uninterruptible(runTeardown(loop, build, publisher)), {
+  loop.runInTeardowns(Effect.uninterruptible(runTeardown(loop, build, publisher, parent)), {
     immediate: true,
     updateRefs: (_, fiberId) => FiberRefs.forkAs(refs, fiberId)
   })
@@ -133,7 +157,9 @@ export const startTeardown = (
 ): Effect.Effect<void, AgentError.AgentDisposeError> => {
   if (!build.started) {
     build.started = true
-    forkTeardown(loop, build, publisher)
+    // OBS-01: the dispose span's parent is the span of the fiber that started it (read only when tracing)
+    const parent = loop.telemetry.tracer === undefined ? undefined : observability.currentSpanOf(fiber)
+    forkTeardown(loop, build, publisher, parent)
   }
   if (fiber.getFiberRef(ownRef).has(build.own)) return Effect.void
   // the outcome, once known (a teardown with nothing to wait for finished already), is the Exit

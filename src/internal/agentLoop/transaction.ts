@@ -14,6 +14,7 @@ import type { SessionId } from "../../Message.js"
 import type * as Session from "../../Session.js"
 import type { SessionEntry } from "../../SessionStore.js"
 import * as finalizer from "../finalizer.js"
+import * as observability from "../observability.js"
 import type { Abort, Build, Loop, Restore } from "./state.js"
 import {
   agentScopeOf,
@@ -108,6 +109,8 @@ export const publish = <E, C>(
           return Effect.zipRight(build.driver!.open(false), Effect.fail(inactive(build)))
         }
         build.published = true
+        // OBS-02: live from publication to the end of its teardown
+        observability.countLive(1)
         return build.driver!.open(true)
       }
     }))

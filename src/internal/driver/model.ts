@@ -6,6 +6,7 @@
  *
  * @internal
  */
+import type { Tracer } from "effect"
 import { Cause, Chunk, Effect, Exit, Option, Stream } from "effect"
 import type * as AgentError from "../../AgentError.js"
 import { AgentEvent } from "../../AgentEvent.js"
@@ -14,6 +15,7 @@ import type { FinishReason, Usage } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
 import * as modelOutput from "../modelOutput.js"
 import * as modelRetry from "../modelRetry.js"
+import * as observability from "../observability.js"
 import type { DriverState } from "./state.js"
 import type { TurnContext } from "./turnContext.js"
 
@@ -86,9 +88,51 @@ const onChunk = (state: DriverState, ctx: TurnContext, step: number, collected: 
   return Effect.suspend(() => from(0))
 }
 
-/** One attempt of a model request: nothing of a failed attempt is kept (MOD-04). */
+/**
+ * OBS-02: an attempt's latency (and, when it succeeded, the tokens reported) by provider and model;
+ * OBS-01: the usage on its span.
+ */
+const recordAttempt = (
+  state: DriverState,
+  request: ModelRequest,
+  started: number,
+  outcome: string,
+  usage: Usage | undefined,
+  span: Tracer.Span | undefined
+): void => {
+  const millis = state.deps.telemetry.clock.unsafeCurrentTimeMillis() - started
+  observability.recordModelRequest(request.provider, request.model, outcome, millis, usage)
+  if (span !== undefined) observability.usageAttributes(span, usage)
+}
+
+/** The `outcome` of a failed attempt (its `ModelError` code) or an interrupted one. */
+const failedOutcome = (cause: Cause.Cause<AgentError.ModelError>): string => {
+  const failure = Cause.failureOption(cause)
+  return Option.isSome(failure) ? failure.value.code : Cause.isInterrupted(cause) ? "interrupted" : "defect"
+}
+
+/**
+ * One attempt of a model request: nothing of a failed attempt is kept (MOD-04). With a tracer, in
+ * an `effect-agent.model.request` span (OBS-01), a child of the step's.
+ */
 const attemptModel = (state: DriverState, ctx: TurnContext, step: number, request: ModelRequest) =>
+  observability.spanned(state.deps.telemetry, "effect-agent.model.request", () => ({
+    [observability.attr.agentId]: state.deps.id,
+    [observability.attr.turn]: ctx.turn,
+    [observability.attr.step]: step,
+    [observability.attr.provider]: request.provider,
+    [observability.attr.model]: request.model
+  }), (span) => attemptBody(state, ctx, step, request, span))
+
+const attemptBody = (
+  state: DriverState,
+  ctx: TurnContext,
+  step: number,
+  request: ModelRequest,
+  span: Tracer.Span | undefined
+) =>
   Effect.gen(function*() {
+    const started = state.deps.telemetry.clock.unsafeCurrentTimeMillis()
     ctx.streamedText = ""
     ctx.streamedReasoning = ""
     ctx.streaming = true
@@ -105,6 +149,7 @@ const attemptModel = (state: DriverState, ctx: TurnContext, step: number, reques
     const exit = yield* Effect.exit(Effect.interruptible(drained))
     if (Exit.isSuccess(exit)) {
       ctx.streaming = false
+      recordAttempt(state, request, started, "ok", collected.finish?.usage, span)
       const calls = collected.calls
       return {
         // DUR-02: call ids the log, the results and the next request can carry
@@ -112,6 +157,7 @@ const attemptModel = (state: DriverState, ctx: TurnContext, step: number, reques
         finish: collected.finish ?? { reason: calls.length > 0 ? "tool-calls" as const : "stop" as const }
       }
     }
+    recordAttempt(state, request, started, failedOutcome(exit.cause), undefined, span)
     // interrupted (a cancel): the closers keep what was delivered so far (CAN-05)
     if (Cause.isInterrupted(exit.cause)) return yield* Effect.failCause(exit.cause)
     // a failed attempt delivers nothing the model will be shown

@@ -21,6 +21,7 @@ import type { HookRunners } from "../hooks.js"
 import type { InboxInternal } from "../inbox.js"
 import type { Lock } from "../lock.js"
 import { make as makeLock } from "../lock.js"
+import type { Telemetry } from "../observability.js"
 import { core, type SessionCore } from "../session.js"
 
 /** What the driver is built from: the agent's session, inbox, options and the factory's services. @internal */
@@ -46,6 +47,10 @@ export interface DriverDeps {
   readonly storedRoute: Partial<Tool.Route>
   /** A FiberRef whose value is the id of the agent whose creation hooks are running (PUB-11). */
   readonly publishing: FiberRef.FiberRef<Option.Option<SessionId>>
+  /** OBS-01/02: the tracer (when spans are made) and Clock of the factory's background fibers. */
+  readonly telemetry: Telemetry
+  /** The agent's parent, if it was spawned (a span attribute, OBS-01). */
+  readonly parentId: SessionId | undefined
 }
 
 /**

@@ -2,17 +2,22 @@
  * A step's tool calls (SPEC §8, TOOL): grouped (consecutive parallel calls run together up to
  * `maxParallelToolCalls`; an exclusive call is a barrier of its own), each run with its `tool/call`
  * written first and only its body interruptible (CAN-05), under its `timeout` (PKG-03); the results
- * logged in model order, the last group's with `step/end`. What a tool returns is checked before it
+ * logged in model order, each as soon as every call before it is done (EVS-02 announces each after
+ * it is durable), the last one with `step/end`. What a tool returns is checked before it
  * is logged (DUR-02): the model sees a tool's mistake, the agent is never broken by it.
  *
  * @internal
  */
+import type { Tracer } from "effect"
 import { Cause, Duration, Effect, Either, Exit, Option } from "effect"
 import { AgentEvent } from "../../AgentEvent.js"
 import type { ContentPart, MessageId } from "../../Message.js"
 import type { CoreEventInput } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
+import { make as makeLock } from "../lock.js"
 import * as modelOutput from "../modelOutput.js"
+import * as observability from "../observability.js"
+import { toolCallFinished } from "./liveEvents.js"
 import type { DriverState } from "./state.js"
 import type { PendingCall, ToolOutcome, TurnContext } from "./turnContext.js"
 import { isNonEmpty, resultEvent, textResult, write } from "./turnContext.js"
@@ -121,28 +126,76 @@ const settleRun = (
   return false
 }
 
+/** OBS-02: a finished call's outcome tag: `ok`, `error` (its result says so), or its error's code. */
+const outcomeOf = (call: PendingCall): string => {
+  const result = call.result
+  if (result?.error !== undefined) return result.error.code.toLowerCase()
+  return result?.message.isError === true ? "error" : "ok"
+}
+
+/** OBS-01/02: what a call that ran leaves on its span and in the metrics. */
+const recordCall = (
+  state: DriverState,
+  call: PendingCall,
+  started: number,
+  outcome: string,
+  span: Tracer.Span | undefined
+): void => {
+  observability.recordToolCall(call.name, outcome, state.deps.telemetry.clock.unsafeCurrentTimeMillis() - started)
+  if (span === undefined) return
+  span.attribute(observability.attr.isError, call.result?.message.isError === true)
+  if (call.result?.error !== undefined) span.attribute(observability.attr.errorType, call.result.error.code)
+}
+
 /**
  * Runs one call: its `tool/call` is written and the call marked started together, then only the body
  * is interruptible (CAN-05). An interrupted body leaves the call `started` (closers log `ABORTED`).
+ * With a tracer, in an `effect-agent.tool.call` span (OBS-01): a child of the step's, the parent of
+ * the tool's own spans.
  */
 const runTool = (
   state: DriverState,
   ctx: TurnContext,
   step: number,
   call: PendingCall,
-  tools: ReadonlyMap<string, Tool.Any>
+  tools: ReadonlyMap<string, Tool.Any>,
+  closeStep: boolean
+) =>
+  observability.spanned(state.deps.telemetry, "effect-agent.tool.call", () => ({
+    [observability.attr.agentId]: state.deps.id,
+    [observability.attr.turn]: ctx.turn,
+    [observability.attr.step]: step,
+    [observability.attr.toolName]: call.name,
+    [observability.attr.toolCallId]: call.callId
+  }), (span) => runToolBody(state, ctx, step, call, tools, closeStep, span))
+
+const runToolBody = (
+  state: DriverState,
+  ctx: TurnContext,
+  step: number,
+  call: PendingCall,
+  tools: ReadonlyMap<string, Tool.Any>,
+  closeStep: boolean,
+  span: Tracer.Span | undefined
 ) =>
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       const deps = state.deps
-      yield* write(state, [{
+      const started = deps.telemetry.clock.unsafeCurrentTimeMillis()
+      const [logged] = yield* write(state, [{
         type: "tool/call",
         data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
       }])
       call.state = "started"
-      yield* deps.emit(
-        AgentEvent.ToolCallStarted({ agent: deps.id, turn: ctx.turn, step, callId: call.callId, name: call.name })
-      )
+      yield* deps.emit(AgentEvent.ToolCallStarted({
+        agent: deps.id,
+        turn: ctx.turn,
+        step,
+        callId: call.callId,
+        name: call.name,
+        arguments: call.arguments,
+        seq: logged.seq
+      }))
       const tool = tools.get(call.name)
       let concludes = false
       if (tool === undefined) {
@@ -163,25 +216,26 @@ const runTool = (
             tool.timeout
           )))
           const settled = settleRun(call, tool, exit)
-          if (typeof settled !== "boolean") return yield* Effect.failCause(settled)
+          if (typeof settled !== "boolean") {
+            recordCall(state, call, started, Cause.isInterruptedOnly(settled) ? "aborted" : "tool_defect", span)
+            return yield* Effect.failCause(settled)
+          }
           concludes = settled
         }
       }
       call.state = "done"
-      yield* deps.emit(AgentEvent.ToolCallFinished({
-        agent: deps.id,
-        turn: ctx.turn,
-        step,
-        callId: call.callId,
-        isError: call.result?.message.isError === true
-      }))
+      recordCall(state, call, started, outcomeOf(call), span)
+      // TOOL-01, EVS-02: its result is logged as soon as every call before it is, by the fiber that
+      // completes that prefix; one at a time, so the log keeps the model's order
+      yield* (ctx.resultsLock ??= makeLock()).withLock(flushResults(state, ctx, step, closeStep))
       return concludes
     })
   )
 
 /**
- * Logs, in model order, the results of calls that are done and come before any unfinished one. With
- * `closeStep` (the last group, every call done), `step/end` goes in the same batch.
+ * Logs, in model order, the results of calls that are done and come before any unfinished one, then
+ * publishes their `ToolCallFinished` with each result's seq (EVS-02). With `closeStep` (the last
+ * group, every call done), `step/end` goes in the same batch. Runs under the step's results lock.
  */
 const flushResults = (state: DriverState, ctx: TurnContext, step: number, closeStep: boolean) =>
   Effect.suspend(() => {
@@ -196,12 +250,15 @@ const flushResults = (state: DriverState, ctx: TurnContext, step: number, closeS
     const closing = closeStep && logged === ctx.calls.length
     if (closing) events.push({ type: "step/end", data: { turn: ctx.turn, step } })
     if (!isNonEmpty(events)) return Effect.void
-    return Effect.map(write(state, events), () => {
+    return Effect.flatMap(write(state, events), (written) => {
       ctx.logged = logged
       if (closing) {
         ctx.openStep = undefined
         ctx.calls = []
       }
+      const finished: Array<AgentEvent> = []
+      for (const event of written) if (event.type === "tool/result") finished.push(toolCallFinished(state, event))
+      return Effect.forEach(finished, state.deps.emit, { discard: true })
     })
   })
 
@@ -233,13 +290,16 @@ export const runTools = (state: DriverState, ctx: TurnContext, step: number) =>
     let concludes = false
     const groups = callGroups(ctx.calls, byName)
     for (let g = 0; g < groups.length; g++) {
-      // interruptible, so a cancel reaches the running bodies (each guards its own bookkeeping)
+      // the last group's results close the step in the same batch
+      const isLast = g === groups.length - 1
+      // interruptible, so a cancel reaches the running bodies (each guards its own bookkeeping); each
+      // call's fiber logs the results its completion makes loggable (`flushResults`)
       const results = yield* Effect.interruptible(
-        Effect.forEach(groups[g]!, (call) => runTool(state, ctx, step, call, byName), { concurrency: maxParallel })
+        Effect.forEach(groups[g]!, (call) => runTool(state, ctx, step, call, byName, isLast), {
+          concurrency: maxParallel
+        })
       )
       if (results.some((c) => c)) concludes = true
-      // the last group's results close the step in the same batch
-      yield* flushResults(state, ctx, step, g === groups.length - 1)
     }
     return concludes
   })

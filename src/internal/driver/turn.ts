@@ -6,6 +6,7 @@
  *
  * @internal
  */
+import type { Tracer } from "effect"
 import { Cause, Effect, Exit, Option } from "effect"
 import * as AgentError from "../../AgentError.js"
 import { AgentEvent } from "../../AgentEvent.js"
@@ -14,7 +15,9 @@ import type { ModelRequest, ToolSchema } from "../../Model.js"
 import type { CoreEventInput, TurnEndReason } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
 import * as compaction from "../compaction.js"
+import * as observability from "../observability.js"
 import { closers, streamedContent } from "./closers.js"
+import { assistantMessage, closerMirrors } from "./liveEvents.js"
 import { callModel, resolveRoute } from "./model.js"
 import type { DriverState } from "./state.js"
 import { markBroken } from "./state.js"
@@ -156,6 +159,100 @@ function* enterStep(state: DriverState, ctx: TurnContext, step: number) {
   return undefined
 }
 
+/** How an opened step ended: its reply asked for tools (and whether a result concludes the turn), or hit max-tokens. */
+interface StepOutcome {
+  readonly hadCalls: boolean
+  readonly concludes: boolean
+  readonly maxTokens: boolean
+}
+
+/**
+ * One opened step: the request config when it changed, the model's reply logged (and announced,
+ * EVS-02), its tool calls run; the step is closed when it returns. The turn's end reason instead
+ * when there is no route. A plain generator that `turnBody` delegates to (B5).
+ */
+function* runStep(state: DriverState, ctx: TurnContext, step: number) {
+  const deps = state.deps
+  observability.countStep()
+  ctx.calls = []
+  ctx.logged = 0
+  const route = yield* resolveRoute(state, ctx.turn, step)
+  if (Option.isNone(route)) return noRoute
+  ctx.route = route.value
+  const schemas = (yield* deps.tools).map(deps.toSchema)
+  const config = configOf(route.value, schemas)
+  const configKey = JSON.stringify(config)
+  if (configKey !== state.lastConfig) {
+    yield* write(state, [{ type: "request/config", data: config }])
+    state.lastConfig = configKey
+  }
+  // CMP-01: compaction at this step boundary when the prompt outgrows the window (compaction.ts)
+  if (deps.options.contextWindow !== undefined) {
+    yield* compaction.atStepBoundary({
+      ...deps,
+      route: route.value,
+      tools: schemas,
+      turn: ctx.turn,
+      step,
+      append: (event) => Effect.map(write(state, [event]), (events) => events[0])
+    })
+  }
+  const request = requestOf(state, config, yield* deps.session.messages, schemas)
+  const reply = yield* callModel(state, ctx, step, request)
+  const maxTokens = reply.finish.reason === "max-tokens"
+  const calls: Array<PendingCall> = maxTokens
+    ? []
+    : reply.calls.map((call) => ({ ...call, state: "waiting" as const, result: undefined }))
+  const hadCalls = calls.length > 0
+  const assistantEvent = assistantEventOf(ctx, step, config, reply, calls)
+  if (ctx.stepSpan !== undefined) stepAttributes(ctx, ctx.stepSpan, reply)
+  if (hadCalls) {
+    const [logged] = yield* write(state, [assistantEvent])
+    ctx.calls = calls
+    yield* deps.emit(assistantMessage(state, logged))
+  } else {
+    // no calls: nothing waits between the message and `step/end`, so they are one batch
+    const [logged] = yield* write(state, [assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
+    ctx.openStep = undefined
+    ctx.calls = []
+    yield* deps.emit(assistantMessage(state, logged))
+  }
+  ctx.streamedText = ""
+  ctx.streamedReasoning = ""
+  const concludes = hadCalls ? yield* runTools(state, ctx, step) : false
+  if (ctx.openStep !== undefined) {
+    // defensive: `runTools` closes the step with its last results, so this does not run today
+    yield* write(state, [{ type: "step/end", data: { turn: ctx.turn, step } }])
+    ctx.openStep = undefined
+    ctx.calls = []
+  }
+  const outcome: StepOutcome = { hadCalls, concludes, maxTokens }
+  return outcome
+}
+
+/** OBS-01: the step's finish reason and usage on its span, summed into the turn's. */
+const stepAttributes = (ctx: TurnContext, span: Tracer.Span, reply: Reply): void => {
+  span.attribute(observability.attr.finish, reply.finish.reason)
+  const usage = reply.finish.usage
+  observability.usageAttributes(span, usage)
+  ctx.inputTokens += usage?.inputTokens ?? 0
+  ctx.outputTokens += usage?.outputTokens ?? 0
+}
+
+/** OBS-01: `runStep` in its `effect-agent.step` span (a child of the turn's, the parent of its requests and calls). */
+const tracedStep = (state: DriverState, ctx: TurnContext, step: number) =>
+  observability.spanned(state.deps.telemetry, "effect-agent.step", () => ({
+    [observability.attr.agentId]: state.deps.id,
+    [observability.attr.turn]: ctx.turn,
+    [observability.attr.step]: step
+  }), (span) =>
+    Effect.gen(function*() {
+      ctx.stepSpan = span
+      return yield* runStep(state, ctx, step)
+    }).pipe(Effect.ensuring(Effect.sync(() => {
+      ctx.stepSpan = undefined
+    }))))
+
 /** Runs steps until the turn's end reason is known. Writes everything but the closers and `turn/end`. */
 const turnBody = (state: DriverState, ctx: TurnContext) =>
   Effect.gen(function*() {
@@ -169,55 +266,10 @@ const turnBody = (state: DriverState, ctx: TurnContext) =>
       step++
       const ended = yield* enterStep(state, ctx, step)
       if (ended !== undefined) return ended
-      ctx.calls = []
-      ctx.logged = 0
-      const route = yield* resolveRoute(state, ctx.turn, step)
-      if (Option.isNone(route)) return noRoute
-      ctx.route = route.value
-      const schemas = (yield* deps.tools).map(deps.toSchema)
-      const config = configOf(route.value, schemas)
-      const configKey = JSON.stringify(config)
-      if (configKey !== state.lastConfig) {
-        yield* write(state, [{ type: "request/config", data: config }])
-        state.lastConfig = configKey
-      }
-      // CMP-01: compaction at this step boundary when the prompt outgrows the window (compaction.ts)
-      if (deps.options.contextWindow !== undefined) {
-        yield* compaction.atStepBoundary({
-          ...deps,
-          route: route.value,
-          tools: schemas,
-          turn: ctx.turn,
-          step,
-          append: (event) => Effect.map(write(state, [event]), (events) => events[0])
-        })
-      }
-      const request = requestOf(state, config, yield* deps.session.messages, schemas)
-      const reply = yield* callModel(state, ctx, step, request)
-      const maxTokens = reply.finish.reason === "max-tokens"
-      const calls: Array<PendingCall> = maxTokens
-        ? []
-        : reply.calls.map((call) => ({ ...call, state: "waiting" as const, result: undefined }))
-      const hadCalls = calls.length > 0
-      const assistantEvent = assistantEventOf(ctx, step, config, reply, calls)
-      if (hadCalls) {
-        yield* write(state, [assistantEvent])
-        ctx.calls = calls
-      } else {
-        // no calls: nothing waits between the message and `step/end`, so they are one batch
-        yield* write(state, [assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
-        ctx.openStep = undefined
-        ctx.calls = []
-      }
-      ctx.streamedText = ""
-      ctx.streamedReasoning = ""
-      const concludes = hadCalls ? yield* runTools(state, ctx, step) : false
-      if (ctx.openStep !== undefined) {
-        // defensive: `runTools` closes the step with its last results, so this does not run today
-        yield* write(state, [{ type: "step/end", data: { turn: ctx.turn, step } }])
-        ctx.openStep = undefined
-        ctx.calls = []
-      }
+      // OBS-01: a span per step only when a tracer is installed (no operation added otherwise, B5)
+      const stepped = ctx.span === undefined ? yield* runStep(state, ctx, step) : yield* tracedStep(state, ctx, step)
+      if (!("hadCalls" in stepped)) return stepped
+      const { concludes, hadCalls, maxTokens } = stepped
       // fresh next-step input always gets another step (TURN-04/05)
       if (hasNextStep()) continue
       if (hadCalls && !concludes) continue
@@ -245,44 +297,72 @@ const errorReason = (cause: Cause.Cause<unknown>): TurnEndReason => {
   return { kind: "error", error: { message: Cause.pretty(cause), code: "DEFECT" } }
 }
 
+/** OBS-01: the turn's attributes once it ended (its end reason, steps, usage, error). */
+const turnEndAttributes = (ctx: TurnContext, span: Tracer.Span, reason: TurnEndReason): void => {
+  span.attribute(observability.attr.endReason, reason.kind)
+  span.attribute(observability.attr.steps, ctx.steps)
+  span.attribute(observability.attr.inputTokens, ctx.inputTokens)
+  span.attribute(observability.attr.outputTokens, ctx.outputTokens)
+  if (reason.kind === "error") span.attribute(observability.attr.errorType, reason.error.code)
+  if (reason.kind === "aborted") span.attribute(observability.attr.errorType, `aborted:${reason.cause.kind}`)
+}
+
+/** The turn, from its `TurnStarted` to its `TurnEnded` (see `runTurn`). */
+const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined) =>
+  Effect.gen(function*() {
+    const deps = state.deps
+    const ctx = new TurnContext(turn)
+    ctx.span = span
+    // EVS-02: the turn's `turn/start` is durable (written when the drain opened the turn)
+    yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn, seq: state.sessionCore.openTurnSeq() }))
+    const exit = yield* Effect.exit(turnBody(state, ctx))
+    if (Exit.isFailure(exit)) {
+      const failure = Cause.failureOption(exit.cause)
+      if (Option.isSome(failure) && failure.value instanceof LogWriteFailed) {
+        yield* markBroken(state, failure.value.cause, turn)
+        return Option.none<TurnOutcome>()
+      }
+    }
+    // the activity's own cause (set before anything else by `cancel`, CAN-04)
+    const cause = state.cancelCell
+    const reason: TurnEndReason = Exit.isSuccess(exit)
+      ? exit.value
+      : Option.isSome(cause)
+      ? { kind: "aborted", cause: cause.value }
+      : errorReason(exit.cause)
+    const written = yield* Effect.exit(state.sessionCore.appendCore(closers(ctx, reason)))
+    if (Exit.isFailure(written)) {
+      yield* markBroken(state, Cause.squash(written.cause), turn)
+      return Option.none<TurnOutcome>()
+    }
+    observability.countTurn(reason.kind)
+    if (span !== undefined) turnEndAttributes(ctx, span, reason)
+    // EVS-02: what the closers made durable that was not announced yet, then the turn's end
+    const mirrors = closerMirrors(state, ctx, written.value)
+    if (mirrors.length > 0) yield* Effect.forEach(mirrors, deps.emit, { discard: true })
+    if (reason.kind === "error") {
+      yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))
+    }
+    const turnEnd = written.value[written.value.length - 1]!
+    yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason, seq: turnEnd.seq }))
+    const continues = ctx.steps > 0 &&
+      (reason.kind === "completed" || reason.kind === "max-tokens" || reason.kind === "max-steps")
+    return Option.some<TurnOutcome>({ reason, continues })
+  })
+
 /**
  * Runs one opened turn to its end; returns its outcome, or None when the log could not be written
- * (the agent is broken then, and the open turn is left for repair, SES-02b).
+ * (the agent is broken then, and the open turn is left for repair, SES-02b). With a tracer
+ * installed, in an `effect-agent.turn` span (OBS-01): the root of the turn's tree (the drain
+ * carries no caller's span, §6.3).
  *
  * @internal
  */
 export const runTurn = (state: DriverState, turn: number) =>
   Effect.uninterruptible(
-    Effect.gen(function*() {
-      const deps = state.deps
-      const ctx = new TurnContext(turn)
-      yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn }))
-      const exit = yield* Effect.exit(turnBody(state, ctx))
-      if (Exit.isFailure(exit)) {
-        const failure = Cause.failureOption(exit.cause)
-        if (Option.isSome(failure) && failure.value instanceof LogWriteFailed) {
-          yield* markBroken(state, failure.value.cause, turn)
-          return Option.none<TurnOutcome>()
-        }
-      }
-      // the activity's own cause (set before anything else by `cancel`, CAN-04)
-      const cause = state.cancelCell
-      const reason: TurnEndReason = Exit.isSuccess(exit)
-        ? exit.value
-        : Option.isSome(cause)
-        ? { kind: "aborted", cause: cause.value }
-        : errorReason(exit.cause)
-      const written = yield* Effect.exit(state.sessionCore.appendCore(closers(ctx, reason)))
-      if (Exit.isFailure(written)) {
-        yield* markBroken(state, Cause.squash(written.cause), turn)
-        return Option.none<TurnOutcome>()
-      }
-      if (reason.kind === "error") {
-        yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))
-      }
-      yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason }))
-      const continues = ctx.steps > 0 &&
-        (reason.kind === "completed" || reason.kind === "max-tokens" || reason.kind === "max-steps")
-      return Option.some<TurnOutcome>({ reason, continues })
-    })
+    observability.spanned(state.deps.telemetry, "effect-agent.turn", () => ({
+      [observability.attr.agentId]: state.deps.id,
+      ...(state.deps.parentId !== undefined ? { [observability.attr.parentId]: state.deps.parentId } : {}),
+      [observability.attr.turn]: turn
+    }), (span) => turnRun(state, turn, span))
   )

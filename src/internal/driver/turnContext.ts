@@ -5,11 +5,13 @@
  * @internal
  */
 import type { Array as Arr } from "effect"
+import type { Tracer } from "effect"
 import { Cause, Data, Effect, Option } from "effect"
 import type { MessageId, ToolResultMessage } from "../../Message.js"
 import type * as SessionError from "../../SessionError.js"
 import type { CoreEventInput } from "../../SessionEvent.js"
 import type * as Tool from "../../Tool.js"
+import type { Lock } from "../lock.js"
 import type { DriverState } from "./state.js"
 
 /** A finished call's result, and the error it records (TOOL contracts, DUR-02). @internal */
@@ -40,6 +42,13 @@ export class TurnContext {
   streaming = false
   calls: Array<PendingCall> = []
   logged = 0
+  /** TOOL-01: the results of the step's calls are logged one flush at a time (made on first use). */
+  resultsLock: Lock | undefined = undefined
+  /** OBS-01: the turn's span and the current step's, when a tracer is installed; the usage summed for it. */
+  span: Tracer.Span | undefined = undefined
+  stepSpan: Tracer.Span | undefined = undefined
+  inputTokens = 0
+  outputTokens = 0
   constructor(readonly turn: number) {}
 }
 
