@@ -18,7 +18,8 @@ import { ContentPart, InvalidSessionId, MessageId, SessionId } from "./Message.j
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent as SessionEventType } from "./SessionEvent.js"
 import type { InboxTarget } from "./SessionEvent.js"
-import { JsonRecord, Usage } from "./SessionEvent.js"
+import type { JsonRecord, JsonValue } from "./SessionEvent.js"
+import { Usage } from "./SessionEvent.js"
 
 // -------------------------------------------------------------------------------------------------
 // errors
@@ -193,6 +194,23 @@ export type GatewayError = typeof GatewayError.Type
 // -------------------------------------------------------------------------------------------------
 // requests
 
+/** A JSON value, named for OpenAPI (a recursive schema needs an identifier there). */
+const Json: Schema.Schema<JsonValue> = Schema.suspend((): Schema.Schema<JsonValue> =>
+  Schema.Union(
+    Schema.Null,
+    Schema.Boolean,
+    Schema.Number.pipe(Schema.finite()),
+    Schema.String,
+    Schema.Array(Json),
+    Schema.Record({ key: Schema.String, value: Json })
+  )
+).annotations({ identifier: "JsonValue" })
+
+/** A header's `meta`: a JSON object (EVT-03). */
+const Meta: Schema.Schema<JsonRecord> = Schema.Record({ key: Schema.String, value: Json }).annotations({
+  identifier: "JsonRecord"
+})
+
 /**
  * How a message is sent: `followup` (next turn, wakes the agent), `steer` (next step, wakes it),
  * `inject` (next step, never wakes it).
@@ -257,7 +275,7 @@ export const AgentOptions = Schema.Struct({
  */
 export const CreateRequest = Schema.Struct({
   options: Schema.optionalWith(AgentOptions, { exact: true }),
-  meta: Schema.optionalWith(JsonRecord, { exact: true })
+  meta: Schema.optionalWith(Meta, { exact: true })
 }).annotations({ identifier: "CreateRequest" })
 
 /**
@@ -352,7 +370,7 @@ export const SessionInfo = Schema.TaggedStruct("SessionInfo", {
   usage: Usage,
   createdAt: Schema.NonNegativeInt,
   parentSession: Schema.optionalWith(SessionId, { exact: true }),
-  meta: JsonRecord
+  meta: Meta
 }).annotations({ identifier: "SessionInfo" })
 
 /**
