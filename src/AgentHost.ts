@@ -208,9 +208,22 @@ export class AgentHost extends Context.Tag("effect-agent/AgentHost")<AgentHost, 
    * owned by the host; what `get` returns is the bare agent (no dispose). A subscriber of its
    * `events`, `subscribe` or `statusChanges` keeps it from passivating (HOST-02), however it got the
    * agent (`get`, `use`, `registry.get`). Between `get` and a later send the host may passivate an
-   * idle agent (the send then fails `AgentInactive`).
+   * idle agent (the send then fails `AgentInactive`): send through `use` instead.
    */
   readonly get: (id: SessionId | string, create?: CreateOptions | undefined) => Effect.Effect<Agent, GetError>
+  /**
+   * Gets (or activates, as `get`) the agent and holds it live while `f` runs: a hold counts like a
+   * subscriber, so neither the idle timer nor `maxLive` passivates the agent meanwhile, and a send
+   * made in `f` never fails `AgentInactive` because the host passivated the agent between the get
+   * and the send (HOST-02). Only `passivate(id)`, `remove(id)` and the host's close still dispose it.
+   *
+   * @since 0.2.0
+   */
+  readonly use: <A, E, R>(
+    id: SessionId | string,
+    f: (agent: Agent) => Effect.Effect<A, E, R>,
+    create?: CreateOptions | undefined
+  ) => Effect.Effect<A, E | GetError, R>
   /**
    * The durable event stream of a session from a cursor (EVS-01): its stored events from `seq` (the
    * seq after the last event a client saw; 0 for all), then each event as it commits, whether the

@@ -494,6 +494,52 @@ export const make = <R>(
         }
       }).pipe(Effect.withSpan("AgentHost.get"))
 
+    // ---------------------------------------------------------------------------------------------
+    // use (HOST-02)
+
+    /**
+     * The live agent of `key` with a hold taken in the same step that found it Live, activating it
+     * first when needed (the waits are interruptible, the hold is not).
+     */
+    const acquireHold = (key: SessionId, create: AgentHost.CreateOptions | undefined) =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          while (true) {
+            if (closed) return yield* new AgentHost.HostClosed({ id: key })
+            const slot = slots.get(key)
+            if (slot === undefined) {
+              const done = yield* startActivation(key, create)
+              yield* restore(Deferred.await(done))
+            } else if (slot._tag === "Live") {
+              slot.hosted.holds++
+              touch(slot.hosted, yield* Clock.currentTimeMillis)
+              return slot.hosted
+            } else if (slot._tag === "Activating") {
+              // then look again: the agent may be passivated before this fiber runs
+              yield* restore(Deferred.await(slot.done))
+            } else {
+              yield* restore(Deferred.await(slot.done)) // passivating or removing: then activate it again
+            }
+          }
+        })
+      )
+
+    const releaseHold = (hosted: Hosted) =>
+      Effect.suspend(() => {
+        hosted.holds--
+        return watchers(hosted) === 0 ? quiet(hosted) : Effect.void
+      })
+
+    const use = <A, E, R>(
+      id: SessionId | string,
+      f: (agent: Agent) => Effect.Effect<A, E, R>,
+      create?: AgentHost.CreateOptions | undefined
+    ): Effect.Effect<A, E | AgentHost.GetError, R> =>
+      Effect.flatMap(
+        Effect.mapError(parseSessionId(id), (error): AgentHost.GetError => error),
+        (key) => Effect.acquireUseRelease(acquireHold(key, create), (hosted) => f(hosted.view), releaseHold)
+      ).pipe(Effect.withSpan("AgentHost.use"))
+
     const passivateById = (id: SessionId | string) =>
       Effect.suspend(() => {
         const slot = slots.get(id as SessionId)
@@ -611,6 +657,7 @@ export const make = <R>(
 
     return AgentHost.AgentHost.of({
       get,
+      use,
       eventsFrom,
       remove,
       passivate: passivateById,
