@@ -98,7 +98,8 @@ export class NotReady extends Schema.TaggedError<NotReady>("effect-agent/NotRead
 
 /**
  * The HTTP status of every error the API sends (HTTP-02): invalid input 400, unknown session 404,
- * conflicts 409 (a `MessageId` reused with other content), `SessionLocked` 423, an unavailable
+ * conflicts 409 (a `MessageId` reused with other content), a session removed while its events were
+ * read 410, `SessionLocked` 423, an unavailable
  * host 503 (with `Retry-After`), a body too large 413, storage and runtime failures 500 (their
  * `cause` is not sent).
  *
@@ -121,6 +122,7 @@ export const statusOf: Readonly<Record<string, number>> = {
   SessionConflict: 409,
   SessionAlreadyLive: 409,
   SessionFull: 409,
+  SessionRemoved: 410,
   PayloadTooLarge: 413,
   SessionLocked: 423,
   HostAtCapacity: 503,
@@ -167,6 +169,7 @@ export const SessionProblem = Schema.Union(
   problem(SessionError.SessionConflict),
   problem(SessionError.SessionAlreadyLive),
   problem(SessionError.SessionFull),
+  problem(AgentHost.SessionRemoved),
   problem(PayloadTooLarge),
   problem(SessionError.SessionLocked),
   problem(AgentHost.HostAtCapacity),

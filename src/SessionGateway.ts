@@ -135,15 +135,17 @@ export type DisposeError = ReadError | AgentError.AgentDisposeError | AgentError
  * @since 0.2.0
  * @category errors
  */
-export type RemoveError = DisposeError | SessionError.SessionLocked
+export type RemoveError = DisposeError | AgentHost.RemoveError
 
 /**
- * What `eventsFrom` can fail with: a cursor outside the log, or the session unreadable.
+ * What `eventsFrom` can fail with: before anything streams, a bad id, an unknown session or a
+ * cursor outside the log; at any time, the log unreadable, the session removed while it is read
+ * (`SessionRemoved`), the gateway closing (`HostClosed`). As `AgentHost.eventsFrom` (EVS-01).
  *
  * @since 0.2.0
  * @category errors
  */
-export type EventsError = ReadError | SessionError.InvalidEventCursor
+export type EventsError = ReadError | AgentHost.EventsFromError
 
 /**
  * Every failure of the gateway, as one Schema (a union of `Schema.TaggedError`s): what an RPC
@@ -182,7 +184,8 @@ export const GatewayError = Schema.Union(
   AgentError.TeardownTimeout,
   AgentHost.HostAtCapacity,
   AgentHost.HostClosed,
-  AgentHost.HostSetupFailed
+  AgentHost.HostSetupFailed,
+  AgentHost.SessionRemoved
 )
 
 /**

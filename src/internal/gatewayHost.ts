@@ -6,7 +6,7 @@
  * @internal
  */
 import type { Scope } from "effect"
-import { Array as Arr, Deferred, Effect, Either, Option, Stream } from "effect"
+import { Array as Arr, Chunk, Deferred, Effect, Either, Option, Queue, Stream } from "effect"
 import type { Agent } from "../Agent.js"
 import * as AgentError from "../AgentError.js"
 import { AgentHost } from "../AgentHost.js"
@@ -95,18 +95,8 @@ export const make = (
           ? summary.fromLive(live.value)
           : Effect.map(readStored(id), (stored) => summary.fromStored(stored.header, stored.events)))
 
-    /**
-     * Runs `f` on the session's agent, activating it when needed. The host may passivate an idle
-     * agent between `get` and `f`: then `f` fails `AgentInactive` having written nothing, and runs
-     * again on the agent `get` activates anew.
-     */
-    const withAgent = <A, E>(id: SessionId, f: (agent: Agent) => Effect.Effect<A, E>) =>
-      Effect.flatMap(host.get(id), f).pipe(
-        Effect.retry({
-          while: (error) => (error as { readonly _tag?: unknown })._tag === "AgentInactive",
-          times: 3
-        })
-      )
+    /** Runs `f` on the session's agent, activating it when needed and holding it live meanwhile. */
+    const withAgent = <A, E>(id: SessionId, f: (agent: Agent) => Effect.Effect<A, E>) => host.use(id, f)
 
     // ---------------------------------------------------------------------------------------------
 
@@ -254,49 +244,59 @@ export const make = (
     const remove = (id: string) =>
       Effect.gen(function*() {
         const key = yield* validId(id)
-        yield* disposeKey(key)
-        if (Option.isSome(persistence)) yield* persistence.value.remove(key)
+        if (Option.isNone(yield* liveAgent(key)) && !(yield* isStored(key))) {
+          return yield* new SessionError.SessionNotFound({ id: key })
+        }
+        yield* host.remove(key)
       }).pipe(Effect.withSpan("SessionGateway.remove"))
 
-    /** The live events of the agent while it is live (best effort: nothing when it is not). */
-    const liveEvents = (key: SessionId): Stream.Stream<Gateway.StreamEvent> =>
-      Stream.unwrap(
-        Effect.map(
-          Effect.option(host.get(key)),
-          Option.match({
-            onNone: () => Stream.empty,
-            onSome: (agent) =>
-              agent.events.pipe(
+    /**
+     * The live events of the agent while it is live (EVS-02), attached when the stream starts and
+     * again after an activation (signalled by `attach`); nothing while it is passivated.
+     */
+    const liveEvents = (key: SessionId, attach: Queue.Queue<void>, attached: { value: boolean }) =>
+      Stream.fromQueue(attach).pipe(
+        Stream.flatMap(
+          () =>
+            Stream.unwrap(Effect.map(liveAgent(key), (live) => {
+              if (Option.isNone(live)) return Stream.empty
+              attached.value = true
+              return live.value.events.pipe(
                 Stream.filterMap(summary.toLive),
-                Stream.map((event): Gateway.StreamEvent => ({ _tag: "Live", event }))
+                Stream.map((event): Gateway.StreamEvent => ({ _tag: "Live", event })),
+                Stream.ensuring(Effect.sync(() => {
+                  attached.value = false
+                }))
               )
-          })
+            })),
+          { switch: true }
         )
       )
 
     /**
-     * The durable events from `seq`, then as they commit (EVS-01), until the agent is passivated;
-     * a stored session's log as it is. Never activates the agent.
+     * EVS-01 through the host (no activation, across passivations), and the live events of each
+     * activation: a durable event while no live stream is attached means the agent is live again.
      */
-    const durableEvents = (key: SessionId, seq: number) =>
-      Stream.unwrap(
-        Effect.flatMap(liveAgent(key), (live) =>
-          Option.isSome(live)
-            ? Effect.succeed(live.value.session.eventsFrom(seq))
-            : Effect.map(readStored(key), (stored) => Stream.fromIterable(stored.events.slice(seq))))
-      )
-
     const eventsFrom = (id: string, seq: number): Stream.Stream<Gateway.StreamEvent, Gateway.EventsError> =>
-      Stream.unwrap(Effect.gen(function*() {
+      Stream.unwrapScoped(Effect.gen(function*() {
         const key = yield* validId(id)
-        const info = yield* summaryOf(key)
-        if (!Number.isSafeInteger(seq) || seq < 0 || seq > info.eventCount) {
-          return yield* new SessionError.InvalidEventCursor({ id: key, seq, length: info.eventCount })
-        }
-        const durable = durableEvents(key, seq).pipe(
-          Stream.map((event): Gateway.StreamEvent => ({ _tag: "Durable", event }))
+        const attach = yield* Effect.acquireRelease(Queue.sliding<void>(1), Queue.shutdown)
+        const attached = { value: false }
+        const tryAttach = Effect.suspend(() =>
+          attached.value
+            ? Effect.void
+            : Effect.flatMap(liveAgent(key), (live) => Option.isSome(live) ? Queue.offer(attach, undefined) : Effect.void)
         )
-        return Stream.merge(durable, liveEvents(key), { haltStrategy: "left" })
+        yield* tryAttach
+        const durable = host.eventsFrom(key, seq).pipe(
+          Stream.mapChunksEffect((chunk) =>
+            Effect.as(
+              tryAttach,
+              Chunk.map(chunk, (event): Gateway.StreamEvent => ({ _tag: "Durable", event }))
+            )
+          )
+        )
+        return Stream.merge(durable, liveEvents(key, attach, attached), { haltStrategy: "left" })
       })).pipe(Stream.withSpan("SessionGateway.eventsFrom"))
 
     return SessionGateway.of({
