@@ -717,6 +717,8 @@ export const makeWith = (options: AgentLoopOptions): Effect.Effect<
             return hooksOf(build)
           }
         }
+        // HOST-02: whoever hosts the agent reads how many watch it, however they got it
+        Feed.attach(agent, feed)
         const setupView: AgentSetup = {
           id: build.id,
           session,
