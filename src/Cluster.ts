@@ -15,73 +15,43 @@
  * @since 0.2.0
  */
 import type * as Sharding from "@effect/cluster/Sharding"
-import type { Effect, Scope, Stream } from "effect"
-import { Context, Duration, Layer } from "effect"
+import type { Scope } from "effect"
+import { Context, Duration, Effect, Layer } from "effect"
 import * as AgentHost from "./AgentHost.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
 import * as clusterClient from "./internal/clusterClient.js"
 import * as clusterEntity from "./internal/clusterEntity.js"
-import type { AgentFailure, SendMode, SessionStatus, StreamItem } from "./internal/clusterProtocol.js"
 import { AgentEntity } from "./internal/clusterProtocol.js"
 import * as clusterRecovery from "./internal/clusterRecovery.js"
-import type { AgentOptionsSchema } from "./internal/options.js"
 import type { SessionId, UserMessage } from "./Message.js"
+import { SessionGateway } from "./SessionGateway.js"
+import type { SendError, SendMode, SendReceipt, WriteError } from "./SessionGateway.js"
 import type { SessionPersistence } from "./SessionPersistence.js"
-import type { JsonRecord, SessionEvent } from "./SessionEvent.js"
 
 // -------------------------------------------------------------------------------------------------
 // Protocol (CLU-01)
 
 export {
   /**
-   * Everything an entity's request can fail with: the typed errors of the host, the registry, the
-   * inbox and the store, as they cross the wire.
+   * Everything a request to the agent entity can fail with: the gateway's errors (HTTP-00,
+   * `SessionGateway.GatewayError`), as they cross the wire.
    *
    * @since 0.2.0
    * @category protocol
    */
   AgentFailure,
   /**
-   * The agent entity (CLU-01): entity id = SessionId. `Send` is persisted in the cluster's message
-   * storage with a primary key made of the MessageId, the mode and a digest of the content, so a
-   * retried or redelivered send is answered from storage (CLU-03); it is uninterruptible, so a
-   * client that goes away does not cut an append in half. Every other request is volatile: a
-   * request whose runner dies is re-sent by the cluster to the new owner.
+   * The agent entity (CLU-01): entity id = SessionId; its protocol carries what `SessionGateway`
+   * does (summary, create, send, cancel, fork, dispose, remove, the event stream from a cursor)
+   * and `WhenIdle` and `Wake`, over the gateway's schemas. `Send` is persisted in the cluster's
+   * message storage (an acknowledged send survives its runner, CLU-03) and uninterruptible;
+   * sends are deduplicated by MessageId against the session's log. The other requests are
+   * volatile: the cluster re-sends them to the shard's new owner when their runner dies.
    *
    * @since 0.2.0
    * @category entity
    */
-  AgentEntity,
-  /**
-   * What `Create` did: `created` is false when the session was stored (or live) already.
-   *
-   * @since 0.2.0
-   * @category protocol
-   */
-  Created,
-  /**
-   * How a message is sent (PKG-03): `followup` (next turn, waking), `steer` (next step, waking),
-   * `inject` (next step, not waking).
-   *
-   * @since 0.2.0
-   * @category protocol
-   */
-  SendMode,
-  /**
-   * What `Status` reports about a session (activating it when it is stored and not live).
-   *
-   * @since 0.2.0
-   * @category protocol
-   */
-  SessionStatus,
-  /**
-   * One element of an entity's event stream: a durable event of the log (its `seq` is the cursor
-   * to resume from), or a live model delta (not durable, no cursor; EVS-01).
-   *
-   * @since 0.2.0
-   * @category protocol
-   */
-  StreamItem
+  AgentEntity
 } from "./internal/clusterProtocol.js"
 
 // -------------------------------------------------------------------------------------------------
@@ -161,79 +131,88 @@ export const layer = <R = never>(
 ): Layer.Layer<never, never, Sharding.Sharding | AgentRegistry | SessionPersistence | Exclude<R, Scope.Scope>> => {
   const settings = clusterEntity.settingsOf(options ?? {})
   const host = AgentHost.layer<R>({ ...options?.host, idleTimeout: Duration.infinity, recover: false })
-  const entity = AgentEntity.toLayer(clusterEntity.behaviour(settings), {
+  const runner = Layer.scoped(clusterEntity.RunnerState, clusterEntity.makeRunner(settings))
+  const entity = AgentEntity.toLayer(clusterEntity.behaviour, {
     concurrency: "unbounded",
     mailboxCapacity: "unbounded",
     maxIdleTime: settings.maxIdleTime
   })
-  return Layer.mergeAll(entity, clusterRecovery.layer(settings)).pipe(Layer.provide(host))
+  return Layer.mergeAll(entity, clusterRecovery.layer(settings)).pipe(
+    Layer.provide(runner),
+    Layer.provide(host)
+  )
 }
 
 // -------------------------------------------------------------------------------------------------
 // Client side
 
 /**
- * The cluster's entities seen from any process of the cluster (a runner or a client-only one):
- * each call goes to the runner that owns the session's shard. Failures of the cluster itself
- * (its message storage) surface as `PersistenceError`.
+ * What a `SessionGateway` does.
  *
  * @since 0.2.0
  * @category client
  */
-export class ClusterClient extends Context.Tag("effect-agent/Cluster/ClusterClient")<ClusterClient, {
-  /** Resumes the session, else creates it (`created: true`). */
-  readonly create: (
-    id: SessionId | string,
-    options?: {
-      readonly options?: typeof AgentOptionsSchema.Type | undefined
-      readonly meta?: JsonRecord | undefined
-    } | undefined
-  ) => Effect.Effect<{ readonly created: boolean }, AgentFailure>
+export type GatewayShape = SessionGateway["Type"]
+
+/**
+ * The cluster seen from any process of it (a runner, or a client-only member such as an HTTP
+ * front end): `SessionGateway` (HTTP-00) over the agent entities — each request goes to the
+ * runner that owns the session's shard — and what only a cluster client needs. The cluster's own
+ * failures (its message storage) surface as `PersistenceError`.
+ *
+ * @since 0.2.0
+ * @category client
+ */
+export interface ClusterClientShape extends GatewayShape {
   /**
-   * Sends `message` (CLU-03): once this succeeds the message is durable in the session's log (in
-   * `user/message` once a turn takes it). A retry with the same id and content succeeds and
-   * appends nothing; the same id with other content fails `DuplicateMessage`.
+   * Sends a message as it is (its id, content and source; `sendRequest` through `send` makes a
+   * user message of a request): once this succeeds the message is durable in the session's log
+   * and survives any runner (CLU-03). A retry with the same id, content and mode succeeds with
+   * `duplicate: true`, appending nothing; the same id with another message fails `MessageIdConflict`.
    */
-  readonly send: (
+  readonly sendMessage: (
     id: SessionId | string,
     message: UserMessage,
     mode?: SendMode | undefined
-  ) => Effect.Effect<void, AgentFailure>
-  readonly cancel: (
-    id: SessionId | string,
-    options?: { readonly keepInbox?: boolean | undefined } | undefined
-  ) => Effect.Effect<void, AgentFailure>
-  readonly status: (id: SessionId | string) => Effect.Effect<SessionStatus, AgentFailure>
-  readonly whenIdle: (id: SessionId | string) => Effect.Effect<void, AgentFailure>
-  readonly wake: (id: SessionId | string) => Effect.Effect<void, AgentFailure>
-  readonly fork: (
-    id: SessionId | string,
-    options: {
-      readonly childId: SessionId | string
-      readonly upTo?: number | undefined
-      readonly options?: typeof AgentOptionsSchema.Type | undefined
-      readonly meta?: JsonRecord | undefined
-    }
-  ) => Effect.Effect<void, AgentFailure>
-  readonly passivate: (id: SessionId | string) => Effect.Effect<boolean, AgentFailure>
-  readonly remove: (id: SessionId | string) => Effect.Effect<void, AgentFailure>
-  /**
-   * The durable events from `seq`, then each one as it commits, with live deltas (EVS-01): no gap,
-   * no duplicate, across passivations and moves of the session between runners (the stream is
-   * re-requested from the next seq). Ends only with an error or when interrupted.
-   */
-  readonly eventsFrom: (id: SessionId | string, seq: number) => Stream.Stream<StreamItem, AgentFailure>
-  /** The durable events alone, as {@link SessionEvent}s (decoded by the store's codec on the runner). */
-  readonly durableFrom: (id: SessionId | string, seq: number) => Stream.Stream<SessionEvent, AgentFailure>
-}>() {}
+  ) => Effect.Effect<SendReceipt, SendError>
+  /** Resolves when the session's agent has nothing to do (activating it). */
+  readonly whenIdle: (id: SessionId | string) => Effect.Effect<void, WriteError>
+  /** Starts a turn if pending input was sent waking (HOST-03), activating the agent. */
+  readonly wake: (id: SessionId | string) => Effect.Effect<void, WriteError>
+}
 
 /**
- * The {@link ClusterClient} of a process of the cluster.
+ * @since 0.2.0
+ * @category client
+ */
+export class ClusterClient extends Context.Tag("effect-agent/Cluster/ClusterClient")<ClusterClient, ClusterClientShape>() {}
+
+/**
+ * The cluster client of a process of the cluster, as {@link ClusterClient} and as the
+ * `SessionGateway` the HTTP API is written against (CLU-01, CLU-06): `list` reads the stored
+ * sessions' ids from the `SessionPersistence` of the context (the cluster's database) and asks
+ * each session's entity for its summary.
+ *
+ * @example
+ * ```ts
+ * import { NodeClusterSocket } from "@effect/platform-node"
+ * import { PgClient } from "@effect/sql-pg"
+ * import { Layer, Option, Redacted } from "effect"
+ * import * as Cluster from "effect-agent/Cluster"
+ * import * as SqlSessionPersistence from "effect-agent/SqlSessionPersistence"
+ *
+ * const Gateway = Cluster.layerClient.pipe(
+ *   Layer.provide(NodeClusterSocket.layer({ clientOnly: true, storage: "sql", shardingConfig: { runnerAddress: Option.none() } })),
+ *   Layer.provide(SqlSessionPersistence.layer()),
+ *   Layer.provide(PgClient.layer({ url: Redacted.make("postgres://localhost/app") }))
+ * )
+ * ```
  *
  * @since 0.2.0
  * @category layers
  */
-export const layerClient: Layer.Layer<ClusterClient, never, Sharding.Sharding> = Layer.effect(
-  ClusterClient,
-  clusterClient.make
-)
+export const layerClient: Layer.Layer<ClusterClient | SessionGateway, never, Sharding.Sharding | SessionPersistence> =
+  Layer.effectContext(
+    Effect.map(clusterClient.make, (client) =>
+      Context.make(ClusterClient, client).pipe(Context.add(SessionGateway, client)))
+  )

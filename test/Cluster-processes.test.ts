@@ -66,11 +66,14 @@ const startRunner = (schemaUrl: string, index: number, config: Record<string, un
       CLUSTER_RUNNER: JSON.stringify(config)
     }))
 
-/** Lines of a runner that would mean two writers of one session (CLU-02): a lease lost or taken from a live one. */
-const twoWriterSigns = (lines: ReadonlyArray<string>) =>
+/**
+ * Lines of a runner that would mean two writers of one session (CLU-02): its lease taken over, an
+ * append refused for a lost lease, or a lease taken from a runner that still runs (`live` pids).
+ */
+const twoWriterSigns = (lines: ReadonlyArray<string>, live: ReadonlyArray<number>) =>
   lines.filter((line) =>
     line.includes("SessionConflict") || line.includes("was taken over by another writer") ||
-    line.includes("took over the expired lease")
+    (line.includes("took over") && live.some((pid) => line.includes(`(process ${pid} `)))
   )
 
 if (url === undefined) {
@@ -135,6 +138,10 @@ if (url === undefined) {
             acked.set(session, ids)
           }
           assert.strictEqual(acked.size, SESSIONS)
+          // CLU-03: a send retried with its id and content is acknowledged as a duplicate
+          const resent = (yield* workload.lines).filter((line) => line.startsWith("resent "))
+          assert.strictEqual(resent.length, 10)
+          for (const line of resent) assert.isTrue(line.endsWith(" duplicate"), line)
 
           const survivors = runners.filter((runner) => runner !== victim)
           const logs = yield* Effect.gen(function*() {
@@ -175,7 +182,10 @@ if (url === undefined) {
           yield* Effect.forEach(survivors, (runner) => runner.signal("SIGTERM"), { discard: true })
           yield* Effect.forEach(survivors, (runner) => runner.exited("60 seconds"), { discard: true })
           // CLU-02: no runner ever lost a session's lease to another writer, or wrote over one
-          for (const runner of survivors) assert.deepStrictEqual(twoWriterSigns(yield* runner.lines), [], runner.name)
+          const survivorPids = survivors.map((runner) => runner.pid)
+          for (const runner of survivors) {
+            assert.deepStrictEqual(twoWriterSigns(yield* runner.lines, survivorPids), [], runner.name)
+          }
 
           // every log resumes (replays and validates) in a fresh process-like runtime
           yield* Effect.gen(function*() {

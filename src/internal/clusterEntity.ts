@@ -1,41 +1,58 @@
 /**
- * The agent entity's behaviour on a runner (CLU-01..04). One {@link Cell} per activated entity
- * (entity id = SessionId), built when the cluster activates it and closed when it passivates it
- * (idle for `maxIdleTime`, its shard moved, the runner stopping):
- * - the agent comes from the runner's `AgentHost` (activation = resume; the host's own idle
- *   timeout is off): `acquire` is serialized per entity so that an activation without create
- *   options never merges with a `Create`; while the previous runner still holds the session's
- *   lease (PERS-06) it retries `SessionLocked` for `leaseWait`;
- * - the entity resumes its stored session as soon as it is activated, so a send redelivered
- *   after a failover, or a keep-alive (below), brings the agent back, repaired and woken (CLU-04);
- * - sends go through one queue and one fiber per entity: the cluster runs requests concurrently
- *   (a `WhenIdle` or an event stream must never hold up a `Cancel`), the agent keeps send order;
- * - while the agent runs a turn the entity holds `Entity.keepAlive`, so the cluster does not reap
- *   it mid-turn; that keep-alive is itself a persisted message, so after a crash the new owner of
- *   the shard re-activates the entity, which resumes the turn's session without a new message;
- * - the cell's Scope closing passivates the agent (disposed, inbox kept, LIFE-06).
+ * The agent entity's behaviour on a runner (CLU-01..04). The runner's `AgentHost` runs the
+ * agents (activation = resume; its own idle timeout is off) and the runner's host gateway
+ * (`SessionGateway.layerHost`'s implementation) answers most requests, so a session behaves in a
+ * cluster exactly as in one process. What the cluster adds, per activated entity (a {@link Cell},
+ * entity id = SessionId, closed when the cluster passivates the entity):
+ * - while the previous runner still holds the session's lease (PERS-06), an activation retries
+ *   `SessionLocked` for `leaseWait` instead of failing;
+ * - sends go through one queue and one fiber per entity: the cluster runs an entity's requests
+ *   concurrently (a `WhenIdle` or an event stream never holds up a `Cancel`), the agent keeps
+ *   send order; a refused MessageId that repeats the accepted message is a success that appends
+ *   nothing (`duplicate: true`), another message under it is `MessageIdConflict` (CLU-03);
+ * - while the agent runs, the entity holds `Entity.keepAlive`, so the cluster does not reap it
+ *   mid-turn. That keep-alive is a persisted message: when the runner dies, the new owner of the
+ *   shard re-activates the entity, and an activated entity whose stored session has an open turn
+ *   or pending waking input resumes it at once (repair, then HOST-03), without a new message
+ *   (CLU-04; the recovery singleton covers what has no keep-alive);
+ * - a fork creates the child through the child's own entity, on the runner that owns it;
+ * - the cell's Scope closing (reaped after `maxIdleTime`, shard moved, runner stopping)
+ *   passivates the agent (disposed, inbox kept, LIFE-06).
  *
  * @internal
  */
 import { Entity } from "@effect/cluster"
 import type { Sharding } from "@effect/cluster/Sharding"
-import type { Context, Scope } from "effect"
-import { Deferred, Duration, Effect, Either, Option, Queue, Schedule, Stream } from "effect"
+import type { Context } from "effect"
+import {
+  Context as Ctx,
+  Deferred,
+  Duration,
+  Effect,
+  Either,
+  Option,
+  Predicate,
+  Queue,
+  Schedule,
+  Stream
+} from "effect"
 import type { Agent } from "../Agent.js"
 import * as AgentError from "../AgentError.js"
-import type { AgentEvent } from "../AgentEvent.js"
 import { AgentHost } from "../AgentHost.js"
-import type * as AgentHostNs from "../AgentHost.js"
 import type * as Cluster from "../Cluster.js"
-import type { SessionId, UserMessage } from "../Message.js"
+import { AgentRegistry } from "../AgentRegistry.js"
+import type { InvalidSessionId, SessionId, UserMessage } from "../Message.js"
 import { sessionId as parseSessionId } from "../Message.js"
 import * as Session from "../Session.js"
 import type { SessionEvent } from "../SessionEvent.js"
+import type * as Gateway from "../SessionGateway.js"
+import { MessageIdConflict, sendTarget } from "../SessionGateway.js"
 import { SessionPersistence } from "../SessionPersistence.js"
 import { forkSeed } from "../SessionStore.js"
-import { acceptedMessage, sameMeaning, sendOptionsOf } from "./clusterMessage.js"
-import type { AgentFailure, SendMode, StreamItem } from "./clusterProtocol.js"
-import { AgentEntity, refailCluster, SessionStatus } from "./clusterProtocol.js"
+import { AgentEntity, refailCluster } from "./clusterProtocol.js"
+import * as gatewayHost from "./gatewayHost.js"
+import * as summary from "./gatewaySummary.js"
+import { emptyState, foldEvent, needsRecovery, summaryOf as recoverySummaryOf } from "./hostSummary.js"
 
 /** The runner settings, decoded once (defaults of `Cluster.defaults`). @internal */
 export interface Settings {
@@ -56,35 +73,96 @@ export const settingsOf = (options: Cluster.Options<unknown>): Settings => ({
     : 16
 })
 
+// -------------------------------------------------------------------------------------------------
+// the runner
+
 /** A send waiting for its turn in the entity's queue. */
 interface PendingSend {
   readonly message: UserMessage
-  readonly mode: SendMode
-  readonly done: Deferred.Deferred<void, AgentFailure>
-}
-
-type CreateOptions = {
-  readonly options?: AgentHostNs.CreateOptions["options"]
-  readonly meta?: AgentHostNs.CreateOptions["meta"]
+  readonly mode: Gateway.SendMode
+  readonly done: Deferred.Deferred<Gateway.SendReceipt, Gateway.SendError>
 }
 
 /** One activated entity. */
 interface Cell {
   readonly id: SessionId
-  readonly host: AgentHost["Type"]
-  readonly settings: Settings
-  /** The entity's Scope: what the cell starts lives as long as the entity. */
-  readonly scope: Scope.Scope
   /** The entity's context (its address and keep-alive latch), for `Entity.keepAlive`. */
   readonly context: Context.Context<Sharding | Entity.CurrentAddress>
-  /** Serializes activations (see the module comment). */
-  readonly lock: Effect.Semaphore
   readonly sends: Queue.Queue<PendingSend>
-  /** The agent whose status the keep-alive follows, if any. */
-  watched: Agent | undefined
+  /** Whether the agent runs now (what the keep-alive should be), set by the runner's watcher. */
+  isRunning: boolean
   /** Whether the entity holds a keep-alive now. */
-  keptAlive: boolean
+  isKeptAlive: boolean
+  /** Opened when `isRunning` changed: the cell's keep-alive fiber looks again. */
+  readonly changed: Effect.Latch
 }
+
+/** What the runner's entities share. @internal */
+export interface Runner {
+  readonly settings: Settings
+  readonly host: AgentHost["Type"]
+  readonly registry: AgentRegistry["Type"]
+  readonly persistence: SessionPersistence["Type"]
+  /** The gateway over the runner's host: the one-process semantics of every request. */
+  readonly gateway: Gateway.SessionGateway["Type"]
+  /** The activated entities of this runner. */
+  readonly cells: Map<SessionId, Cell>
+}
+
+/** @internal */
+export class RunnerState extends Ctx.Tag("effect-agent/Cluster/RunnerState")<RunnerState, Runner>() {}
+
+/**
+ * One watcher of the registry's events for the whole runner: each agent's status changes set its
+ * cell's wanted keep-alive (without waiting for the keep-alive to be stored).
+ */
+const watchStatuses = (runner: Runner) =>
+  Effect.gen(function*() {
+    const events = yield* runner.registry.subscribe
+    yield* Effect.forkScoped(Effect.interruptible(Stream.runForEach(events, (event) =>
+      Effect.sync(() => {
+        if (event._tag !== "AgentStatusChanged" && event._tag !== "AgentDisposed") return
+        const cell = runner.cells.get(event.agent)
+        if (cell === undefined) return
+        setRunning(cell, event._tag === "AgentStatusChanged" && event.status === "running")
+      }))))
+  })
+
+/** @internal */
+export const makeRunner = (settings: Settings) =>
+  Effect.gen(function*() {
+    const runner: Runner = {
+      settings,
+      host: yield* AgentHost,
+      registry: yield* AgentRegistry,
+      persistence: yield* SessionPersistence,
+      gateway: yield* gatewayHost.make({ readyAfterRecovery: false }),
+      cells: new Map()
+    }
+    yield* watchStatuses(runner)
+    return runner
+  })
+
+// -------------------------------------------------------------------------------------------------
+// keep-alive while running
+
+const setRunning = (cell: Cell, isRunning: boolean) => {
+  if (cell.isRunning === isRunning) return
+  cell.isRunning = isRunning
+  cell.changed.unsafeOpen()
+}
+
+/** The cell's keep-alive fiber: brings the entity's keep-alive to the wanted state, in order. */
+const keepAliveLoop = (cell: Cell) =>
+  Effect.forever(Effect.gen(function*() {
+    yield* cell.changed.await
+    cell.changed.unsafeClose()
+    while (cell.isKeptAlive !== cell.isRunning) {
+      const wanted = cell.isRunning
+      yield* Effect.provide(Entity.keepAlive(wanted), cell.context)
+      cell.isKeptAlive = wanted
+    }
+  }))
 
 // -------------------------------------------------------------------------------------------------
 // activation
@@ -92,214 +170,181 @@ interface Cell {
 /** How often an activation looks again while the previous runner holds the lease. */
 const leaseRetry = Duration.millis(250)
 
-/** The host's agent for the cell, resumed (or created with `create`), waiting out a held lease. */
-const activation = (cell: Cell, create: AgentHostNs.CreateOptions | undefined) =>
-  cell.host.get(cell.id, create).pipe(
-    Effect.retry({
-      schedule: Schedule.spaced(leaseRetry).pipe(Schedule.upTo(cell.settings.leaseWait)),
-      while: (error) => error._tag === "SessionLocked"
-    })
-  )
-
-/**
- * Follows the agent's status with the entity's keep-alive (held while it runs, released when it
- * is idle), until the agent is disposed. Subscribed before the status is read, so no transition
- * falls between the two.
- */
-const watch = (cell: Cell, agent: Agent) =>
-  Effect.scoped(Effect.gen(function*() {
-    const events = yield* agent.subscribe
-    yield* keepAlive(cell, agent, (yield* agent.status) === "running")
-    yield* Stream.runForEach(
-      Stream.takeWhile(events, (event: AgentEvent) => event._tag !== "AgentDisposed"),
-      (event) => event._tag === "AgentStatusChanged" ? keepAlive(cell, agent, event.status === "running") : Effect.void
-    )
-  })).pipe(
-    Effect.ensuring(Effect.suspend(() => keepAlive(cell, agent, false))),
-    Effect.ensuring(Effect.sync(() => {
-      if (cell.watched === agent) cell.watched = undefined
-    }))
-  )
-
-/** Sets the entity's keep-alive, when `agent` is still the one the cell follows. */
-const keepAlive = (cell: Cell, agent: Agent, enabled: boolean) =>
-  Effect.suspend(() => {
-    if (cell.watched !== agent || cell.keptAlive === enabled) return Effect.void
-    cell.keptAlive = enabled
-    return Effect.provide(Entity.keepAlive(enabled), cell.context)
+/** `effect`, retried while the session's lease is held by its previous runner (PERS-06). */
+const waitingOutLease = (runner: Runner) => <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.retry(effect, {
+    schedule: Schedule.spaced(leaseRetry).pipe(Schedule.upTo(runner.settings.leaseWait)),
+    while: (error) => Predicate.isTagged(error, "SessionLocked")
   })
 
-/** The agent of the cell, activated if needed; its keep-alive watcher is started once per agent. */
-const acquire = (cell: Cell, create?: AgentHostNs.CreateOptions | undefined) =>
-  Effect.tap(cell.lock.withPermits(1)(activation(cell, create)), (agent) =>
-    Effect.suspend(() => {
-      if (cell.watched === agent) return Effect.void
-      cell.watched = agent
-      return Effect.forkIn(watch(cell, agent), cell.scope)
-    }))
+/** Runs `f` on the session's agent, activated if needed and held live meanwhile (`host.use`). */
+const withAgent = <A, E>(runner: Runner, id: SessionId, f: (agent: Agent) => Effect.Effect<A, E>) =>
+  waitingOutLease(runner)(runner.host.use(id, f))
 
 /**
- * CLU-04: at activation, the stored session is resumed (and woken by the host, HOST-03); a session
- * that is not stored waits for its `Create`.
+ * CLU-04: an activated entity whose stored session needs the host (an open turn to repair, input
+ * sent waking to run) resumes it at once; the host wakes what it resumes (HOST-03). A session
+ * with nothing to run is not resumed until a request needs it.
  */
-const resumeStored = (cell: Cell) =>
-  acquire(cell).pipe(
-    Effect.asVoid,
+const resumeIfPending = (runner: Runner, id: SessionId) =>
+  Effect.gen(function*() {
+    const stored = yield* runner.persistence.read(id)
+    const state = emptyState()
+    for (const event of stored.events) foldEvent(state, event.seq, event.type, event.data, stored.header.seedLength)
+    if (!needsRecovery(recoverySummaryOf(id, state))) return
+    yield* waitingOutLease(runner)(runner.host.get(id))
+  }).pipe(
     Effect.catchTag("SessionNotFound", () => Effect.void),
-    Effect.catchAll((error) => Effect.logWarning(`Cluster: could not resume session ${cell.id}`, error))
+    Effect.catchAll((error) => Effect.logWarning(`Cluster: could not resume session ${id}`, error))
   )
 
 // -------------------------------------------------------------------------------------------------
 // sends (CLU-01 order, CLU-03 deduplication)
 
 /**
- * A refused id (INB-01) is a success when the log accepted the same message under it: a retry or
- * a redelivery appends nothing (CLU-03); another message under a used id stays `DuplicateMessage`.
+ * One send. A MessageId the inbox refuses (INB-01) is a success when the log accepted the same
+ * message under it, with the same mode (a retry or a redelivery: nothing is appended); another
+ * message under it is `MessageIdConflict`.
  */
-const resolveDuplicate = (agent: Agent, message: UserMessage, duplicate: AgentError.DuplicateMessage) =>
-  Effect.flatMap(agent.session.events, (events) => {
-    const accepted = acceptedMessage(events, message.id)
-    return accepted !== undefined && sameMeaning(accepted, message) ? Effect.void : Effect.fail(duplicate)
+const deliver = (runner: Runner, id: SessionId, message: UserMessage, mode: Gateway.SendMode) =>
+  withAgent(runner, id, (agent): Effect.Effect<Gateway.SendReceipt, Gateway.SendError> => {
+    const { target, wake } = sendTarget(mode)
+    return agent.send(message, { target, wake }).pipe(
+      Effect.as({ messageId: message.id, duplicate: false }),
+      Effect.catchIf(
+        (error): error is AgentError.DuplicateMessage => error._tag === "DuplicateMessage",
+        () =>
+          Effect.flatMap(agent.session.events, (events) => {
+            const accepted = summary.findAccepted(events, agent.session.header.seedLength, message.id)
+            return Option.isSome(accepted) && summary.isRepeat(accepted.value, message.content, target, wake)
+              ? Effect.succeed({ messageId: message.id, duplicate: true })
+              : Effect.fail(new MessageIdConflict({ id, messageId: message.id }))
+          })
+      )
+    )
   })
 
-/** Whether an agent's failure means it must be passivated and resumed (SES-02b, LIFE). */
-const isStale = (error: AgentFailure) => error._tag === "AgentBroken" || error._tag === "AgentInactive"
-
-/** One send, on the agent of the moment; a broken or disposed agent is replaced once. */
-const deliver = (cell: Cell, message: UserMessage, mode: SendMode): Effect.Effect<void, AgentFailure> => {
-  const attempt = Effect.flatMap(acquire(cell), (agent) =>
-    agent.send(message, sendOptionsOf(mode)).pipe(
-      Effect.catchTag("DuplicateMessage", (duplicate) => resolveDuplicate(agent, message, duplicate))
-    ))
-  return Effect.catchIf(attempt, isStale, () => Effect.zipRight(cell.host.passivate(cell.id), attempt))
-}
-
 /** The entity's send fiber: one send at a time, in arrival order. */
-const sendLoop = (cell: Cell) =>
+const sendLoop = (runner: Runner, cell: Cell) =>
   Effect.forever(Effect.flatMap(Queue.take(cell.sends), (pending) =>
-    Effect.flatMap(Effect.exit(deliver(cell, pending.message, pending.mode)), (exit) =>
+    Effect.flatMap(Effect.exit(deliver(runner, cell.id, pending.message, pending.mode)), (exit) =>
       Deferred.done(pending.done, exit))))
 
-const enqueue = (cell: Cell, message: UserMessage, mode: SendMode) =>
-  Effect.flatMap(Deferred.make<void, AgentFailure>(), (done) =>
+const enqueue = (cell: Cell, message: UserMessage, mode: Gateway.SendMode) =>
+  Effect.flatMap(Deferred.make<Gateway.SendReceipt, Gateway.SendError>(), (done) =>
     Effect.zipRight(Queue.offer(cell.sends, { message, mode, done }), Deferred.await(done)))
 
 // -------------------------------------------------------------------------------------------------
 // fork (FORK-01 across entities)
 
-/** The child side of a fork: created from the parent's seed, never over a stored session. */
-const createFork = (
-  cell: Cell,
-  parent: string,
-  seed: ReadonlyArray<SessionEvent>,
-  create: CreateOptions
+/** The parent side: its seed, sent to the child's entity (wherever its shard is). */
+const fork = (
+  runner: Runner,
+  id: SessionId,
+  request: { readonly childId: string; readonly upTo?: number | undefined },
+  clientFor: Effect.Effect.Success<typeof AgentEntity.client>
 ) =>
-  cell.lock.withPermits(1)(Effect.gen(function*() {
-    const persistence = yield* SessionPersistence
-    if (yield* persistence.exists(cell.id)) {
-      return yield* new AgentError.AgentAlreadyExists({ id: cell.id, where: "stored" })
-    }
-    // the parent's prefix as an unpersisted session (its codec validates every event), forked whole
-    const from = yield* Session.make({ id: parent, seed })
-    return yield* activation(cell, { ...create, fork: { from, upTo: seed.length } })
-  })).pipe(Effect.scoped)
-
-/** @internal */
-export const behaviour = (settings: Settings) =>
   Effect.gen(function*() {
-    const address = yield* Entity.CurrentAddress
-    const host = yield* AgentHost
-    const persistence = yield* SessionPersistence
-    const clientFor = yield* AgentEntity.client
-    const parsed = parseSessionId(address.entityId)
-    if (Either.isLeft(parsed)) return invalidEntity(parsed.left)
-    const cell: Cell = {
-      id: parsed.right,
-      host,
-      settings,
-      scope: yield* Effect.scope,
-      context: yield* Effect.context<Sharding | Entity.CurrentAddress>(),
-      lock: yield* Effect.makeSemaphore(1),
-      sends: yield* Queue.unbounded<PendingSend>(),
-      watched: undefined,
-      keptAlive: false
-    }
-    // the entity's Scope closing (reaped, shard moved, runner stopping) passivates the agent
-    yield* Effect.addFinalizer(() => host.passivate(cell.id))
-    yield* Effect.forkScoped(sendLoop(cell))
-    yield* Effect.forkScoped(resumeStored(cell))
-
-    return AgentEntity.of({
-      Create: ({ payload }) =>
-        Effect.gen(function*() {
-          const existed = cell.watched !== undefined || (yield* persistence.exists(cell.id))
-          yield* acquire(cell, { options: payload.options, meta: payload.meta })
-          return { created: !existed }
-        }),
-      Send: ({ payload }) => enqueue(cell, payload.message, payload.mode),
-      Cancel: ({ payload }) =>
-        Effect.flatMap(acquire(cell), (agent) => agent.cancel({ kind: "user" }, { keepInbox: payload.keepInbox })),
-      Status: () => Effect.flatMap(acquire(cell), (agent) => statusOf(cell.id, agent)),
-      WhenIdle: () => Effect.flatMap(acquire(cell), (agent) => agent.whenIdle),
-      Wake: () => Effect.flatMap(acquire(cell), (agent) => agent.wake),
-      Fork: ({ payload }) =>
-        Effect.gen(function*() {
-          const agent = yield* acquire(cell)
-          const seed = yield* forkSeed(agent.session, payload.upTo)
-          yield* clientFor(payload.childId).CreateFork({
-            parent: cell.id,
-            seed,
-            options: payload.options,
-            meta: payload.meta
-          }).pipe(refailCluster)
-        }),
-      CreateFork: ({ payload }) =>
-        Effect.asVoid(createFork(cell, payload.parent, asEvents(payload.seed), {
-          options: payload.options,
-          meta: payload.meta
-        })),
-      Passivate: () => cell.lock.withPermits(1)(host.passivate(cell.id)),
-      Remove: () =>
-        cell.lock.withPermits(1)(Effect.zipRight(host.passivate(cell.id), persistence.remove(cell.id))),
-      Events: ({ payload }) => Stream.unwrap(Effect.map(acquire(cell), (agent) => itemsFrom(agent, payload.from)))
-    })
+    const childId = yield* parseSessionId(request.childId)
+    const { options, seed } = yield* withAgent(runner, id, (agent) =>
+      Effect.map(forkSeed(agent.session, request.upTo), (seed) => ({ options: agent.options, seed })))
+    return yield* refailCluster(clientFor(childId).CreateFork({ parent: id, seed, options: definedOptions(options) }))
   })
 
-/**
- * The events of a seed as they crossed the wire (`{seq, time, type, data}`): `Session.make`
- * validates each one with the store's codec before anything is built from it.
- */
-const asEvents = (seed: ReadonlyArray<{ readonly seq: number }>): ReadonlyArray<SessionEvent> =>
-  seed as ReadonlyArray<SessionEvent>
+/** Agent options as the wire takes them: the fields that are set. */
+const definedOptions = (options: Agent["options"]): typeof Gateway.AgentOptions.Type => {
+  const defined: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(options)) if (value !== undefined) defined[key] = value
+  return defined as typeof Gateway.AgentOptions.Type
+}
+
+/** The child side: created from the parent's seed, never over a live or stored session. */
+const createFork = (
+  runner: Runner,
+  id: SessionId,
+  payload: { readonly parent: SessionId; readonly seed: ReadonlyArray<SessionEvent> } & Gateway.CreateRequest
+) =>
+  Effect.gen(function*() {
+    if (Option.isSome(yield* runner.registry.get(id))) {
+      return yield* new AgentError.AgentAlreadyExists({ id, where: "live" })
+    }
+    if (yield* runner.persistence.exists(id)) return yield* new AgentError.AgentAlreadyExists({ id, where: "stored" })
+    // the parent's prefix as an unpersisted session (its events were decoded by the store's codec)
+    const from = yield* Session.make({ id: payload.parent, seed: payload.seed })
+    yield* waitingOutLease(runner)(runner.host.get(id, {
+      ...(payload.options === undefined ? {} : { options: payload.options }),
+      ...(payload.meta === undefined ? {} : { meta: payload.meta }),
+      fork: { from, upTo: payload.seed.length }
+    }))
+    return yield* runner.gateway.summary(id)
+  }).pipe(Effect.scoped)
+
+// -------------------------------------------------------------------------------------------------
+// the entity
+
+/** @internal */
+export const behaviour = Effect.gen(function*() {
+  const runner = yield* RunnerState
+  const address = yield* Entity.CurrentAddress
+  const clientFor = yield* AgentEntity.client
+  const parsed = parseSessionId(address.entityId)
+  if (Either.isLeft(parsed)) return invalidEntity(parsed.left)
+  const id = parsed.right
+  const cell: Cell = {
+    id,
+    context: yield* Effect.context<Sharding | Entity.CurrentAddress>(),
+    sends: yield* Queue.unbounded<PendingSend>(),
+    isRunning: false,
+    isKeptAlive: false,
+    changed: yield* Effect.makeLatch(false)
+  }
+  runner.cells.set(id, cell)
+  // the entity's Scope closing (reaped, shard moved, runner stopping) passivates the agent
+  yield* Effect.addFinalizer(() =>
+    Effect.zipRight(
+      Effect.sync(() => {
+        if (runner.cells.get(id) === cell) runner.cells.delete(id)
+      }),
+      runner.host.passivate(id)
+    )
+  )
+  const live = yield* runner.registry.get(id)
+  if (Option.isSome(live)) setRunning(cell, (yield* live.value.status) === "running")
+  // a keep-alive redelivered after a failover lands here without a request: release it once idle
+  else cell.isKeptAlive = true
+  cell.changed.unsafeOpen()
+  yield* Effect.forkScoped(keepAliveLoop(cell))
+  yield* Effect.forkScoped(sendLoop(runner, cell))
+  yield* Effect.forkScoped(resumeIfPending(runner, id))
+  const lease = waitingOutLease(runner)
+
+  return AgentEntity.of({
+    Summary: () => runner.gateway.summary(id),
+    Create: ({ payload }) => lease(runner.gateway.create(id, payload)),
+    Send: ({ payload }) => enqueue(cell, payload.message, payload.mode),
+    Cancel: ({ payload }) => lease(runner.gateway.cancel(id, { keepInbox: payload.keepInbox })),
+    WhenIdle: () => withAgent(runner, id, (agent) => agent.whenIdle),
+    Wake: () => withAgent(runner, id, (agent) => agent.wake),
+    Fork: ({ payload }) => fork(runner, id, payload, clientFor),
+    CreateFork: ({ payload }) => createFork(runner, id, payload),
+    Dispose: () => runner.gateway.dispose(id),
+    Remove: () => runner.gateway.remove(id),
+    Events: ({ payload }) => runner.gateway.eventsFrom(id, payload.from)
+  })
+})
 
 /** An entity whose id is not a SessionId: every request fails with why (ID-01). */
-const invalidEntity = (error: AgentFailure) =>
+const invalidEntity = (error: InvalidSessionId) =>
   AgentEntity.of({
+    Summary: () => Effect.fail(error),
     Create: () => Effect.fail(error),
     Send: () => Effect.fail(error),
     Cancel: () => Effect.fail(error),
-    Status: () => Effect.fail(error),
     WhenIdle: () => Effect.fail(error),
     Wake: () => Effect.fail(error),
     Fork: () => Effect.fail(error),
     CreateFork: () => Effect.fail(error),
-    Passivate: () => Effect.fail(error),
+    Dispose: () => Effect.fail(error),
     Remove: () => Effect.fail(error),
     Events: () => Stream.fail(error)
   })
-
-const statusOf = (id: SessionId, agent: Agent) =>
-  Effect.all([agent.status, agent.inbox.nextTurn, agent.inbox.nextStep, agent.session.events, agent.session.usage])
-    .pipe(Effect.map(([status, nextTurn, nextStep, events, usage]) =>
-      new SessionStatus({ id, status, pending: nextTurn.length + nextStep.length, length: events.length, usage })
-    ))
-
-/** EVS-01 over the wire: the durable events from `from`, merged with the live model deltas. */
-const itemsFrom = (agent: Agent, from: number): Stream.Stream<StreamItem, AgentFailure> => {
-  const durable = Stream.map(agent.session.eventsFrom(from), (event): StreamItem => ({ _tag: "Durable", event }))
-  const deltas = Stream.filterMap(agent.events, (event): Option.Option<StreamItem> =>
-    event._tag === "ModelDelta"
-      ? Option.some({ _tag: "Delta", turn: event.turn, step: event.step, kind: event.kind, text: event.text })
-      : Option.none())
-  return Stream.merge(durable, deltas, { haltStrategy: "left" })
-}

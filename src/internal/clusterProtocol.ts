@@ -1,6 +1,15 @@
 /**
- * The protocol of the agent entity (CLU-01): its RPCs and their schemas, re-exported by
- * `Cluster.ts` (kept here so the runner and client internals import it without a cycle).
+ * The protocol of the agent entity (CLU-01): its RPCs, over the gateway's schemas (HTTP-00), so
+ * what the entity answers is what `SessionGateway` returns. Re-exported by `Cluster.ts` (kept here
+ * so the runner and client internals import it without a cycle).
+ *
+ * `Send` is persisted in the cluster's message storage and uninterruptible: a send acknowledged to
+ * a client survives the death of its runner (redelivered to the shard's next owner), and a client
+ * that goes away does not cut an append in half. It has no primary key: the storage's
+ * deduplication would answer a retry with the first answer (a failure included) and could not say
+ * `duplicate: true`; sends are deduplicated by MessageId against the session's log instead
+ * (CLU-03). Every other request is volatile: the cluster re-sends it to the new owner of the
+ * shard when its runner dies.
  *
  * @internal
  */
@@ -9,109 +18,156 @@ import { Rpc } from "@effect/rpc"
 import { Effect, Predicate, Schema } from "effect"
 import * as AgentError from "../AgentError.js"
 import * as AgentHost from "../AgentHost.js"
-import { InvalidSessionId, UserMessage } from "../Message.js"
+import { InvalidSessionId, SessionId, UserMessage } from "../Message.js"
 import * as SessionError from "../SessionError.js"
-import { Envelope, JsonRecord, Usage } from "../SessionEvent.js"
-import { primaryKeyOf } from "./clusterMessage.js"
-import { AgentOptionsSchema } from "./options.js"
+import { JsonRecord } from "../SessionEvent.js"
+import {
+  AgentOptions,
+  CreateResult,
+  DurableEvent,
+  GatewayError,
+  InvalidRequest,
+  MessageIdConflict,
+  SendMode,
+  SendReceipt,
+  SessionInfo,
+  StreamEvent
+} from "../SessionGateway.js"
 
-/** @internal */
-export const SendMode = Schema.Literal("followup", "steer", "inject")
+// The failures of each request, as the gateway types them (HTTP-00), as Schemas for the wire.
 
-/** @internal */
-export type SendMode = typeof SendMode.Type
-
-/** @internal */
-export const AgentFailure = Schema.Union(
+const getErrors = [
   InvalidSessionId,
   AgentHost.HostAtCapacity,
   AgentHost.HostClosed,
   AgentHost.HostSetupFailed,
-  AgentError.DuplicateMessage,
-  AgentError.InvalidInboxLog,
+  AgentError.InvalidAgentOptions,
   AgentError.AgentAlreadyExists,
   AgentError.AgentCreationVetoed,
   AgentError.NoAgentFactory,
   AgentError.AgentLoopInactive,
-  AgentError.PersistenceNotConfigured,
-  AgentError.InvalidAgentOptions,
   AgentError.AgentInactive,
-  AgentError.AgentBroken,
+  AgentError.PersistenceNotConfigured,
+  AgentError.InvalidInboxLog,
   SessionError.InvalidEventData,
+  SessionError.ForkInsideOpenTurn,
+  SessionError.InvalidForkBoundary,
+  SessionError.SessionFull,
+  SessionError.SessionConflict,
+  SessionError.PersistenceError,
   SessionError.SessionAlreadyLive,
   SessionError.SessionNotFound,
   SessionError.SessionLocked,
-  SessionError.SessionConflict,
+  SessionError.SessionCorrupt,
+  SessionError.SessionFormatUnsupported
+] as const
+
+/** `SessionGateway.ReadError`. @internal */
+export const ReadError = Schema.Union(
+  InvalidSessionId,
+  SessionError.SessionNotFound,
   SessionError.SessionCorrupt,
   SessionError.SessionFormatUnsupported,
-  SessionError.SessionClosed,
-  SessionError.PersistenceError,
-  SessionError.SessionFull,
-  SessionError.ForkInsideOpenTurn,
-  SessionError.InvalidForkBoundary,
-  SessionError.InvalidEventCursor
+  SessionError.PersistenceError
 )
+
+/** `SessionGateway.ActivationError` (= `CreateError`). @internal */
+export const ActivationError = Schema.Union(...getErrors)
+
+/** `SessionGateway.WriteError` (= `ForkError`). @internal */
+export const WriteError = Schema.Union(...getErrors, AgentError.AgentBroken, SessionError.SessionClosed)
+
+/** `SessionGateway.SendError`. @internal */
+export const SendError = Schema.Union(
+  ...getErrors,
+  AgentError.AgentBroken,
+  SessionError.SessionClosed,
+  InvalidRequest,
+  MessageIdConflict
+)
+
+/** `SessionGateway.DisposeError`. @internal */
+export const DisposeError = Schema.Union(
+  InvalidSessionId,
+  SessionError.SessionNotFound,
+  SessionError.SessionCorrupt,
+  SessionError.SessionFormatUnsupported,
+  SessionError.PersistenceError,
+  AgentError.AgentDisposeError,
+  AgentError.TeardownTimeout
+)
+
+/** `SessionGateway.RemoveError`. @internal */
+export const RemoveError = Schema.Union(
+  InvalidSessionId,
+  SessionError.SessionNotFound,
+  SessionError.SessionCorrupt,
+  SessionError.SessionFormatUnsupported,
+  SessionError.PersistenceError,
+  SessionError.SessionLocked,
+  AgentError.AgentDisposeError,
+  AgentError.TeardownTimeout,
+  AgentHost.HostClosed
+)
+
+/** `SessionGateway.EventsError`. @internal */
+export const EventsError = Schema.Union(
+  InvalidSessionId,
+  SessionError.SessionNotFound,
+  SessionError.SessionCorrupt,
+  SessionError.SessionFormatUnsupported,
+  SessionError.PersistenceError,
+  SessionError.InvalidEventCursor,
+  AgentHost.HostClosed,
+  AgentHost.SessionRemoved
+)
+
+/**
+ * Every failure of a request to the entity: the gateway's (HTTP-00), as they cross the wire.
+ *
+ * @internal
+ */
+export const AgentFailure = GatewayError
 
 /** @internal */
 export type AgentFailure = typeof AgentFailure.Type
 
-/** @internal */
-export class SessionStatus extends Schema.Class<SessionStatus>("effect-agent/Cluster/SessionStatus")({
-  id: Schema.String,
-  status: Schema.Literal("idle", "running"),
-  /** Pending inbox messages (both lanes). */
-  pending: Schema.NonNegativeInt,
-  /** The log's length: the seq the next event gets. */
-  length: Schema.NonNegativeInt,
-  usage: Usage
-}) {}
-
-/** @internal */
-export const StreamItem = Schema.Union(
-  Schema.TaggedStruct("Durable", { event: Envelope }),
-  Schema.TaggedStruct("Delta", {
-    turn: Schema.Number,
-    step: Schema.Number,
-    kind: Schema.Literal("text", "reasoning"),
-    text: Schema.String
-  })
-)
-
-/** @internal */
-export type StreamItem = typeof StreamItem.Type
-
-/** @internal */
-export const Created = Schema.Struct({ created: Schema.Boolean })
-
-/** The options of an agent as they cross the wire (validated again by the registry, PUB-10). */
-const CreatePayload = {
-  options: Schema.optional(AgentOptionsSchema),
-  meta: Schema.optional(JsonRecord)
+/** The options of a session to create, as the gateway takes them. */
+const CreateFields = {
+  options: Schema.optionalWith(AgentOptions, { exact: true }),
+  meta: Schema.optionalWith(JsonRecord, { exact: true })
 }
 
 /** @internal */
 export const AgentEntity = Entity.make("effect-agent/Agent", [
-  Rpc.make("Create", { payload: CreatePayload, success: Created, error: AgentFailure }),
+  Rpc.make("Summary", { success: SessionInfo, error: ReadError }),
+  Rpc.make("Create", { payload: CreateFields, success: CreateResult, error: ActivationError }),
   Rpc.make("Send", {
     payload: { message: UserMessage, mode: SendMode },
-    primaryKey: ({ message, mode }) => primaryKeyOf(message, mode),
-    error: AgentFailure
+    success: SendReceipt,
+    error: SendError
   }).annotate(ClusterSchema.Persisted, true).annotate(ClusterSchema.Uninterruptible, true),
-  Rpc.make("Cancel", { payload: { keepInbox: Schema.Boolean }, error: AgentFailure }),
-  Rpc.make("Status", { success: SessionStatus, error: AgentFailure }),
-  Rpc.make("WhenIdle", { error: AgentFailure }),
-  Rpc.make("Wake", { error: AgentFailure }),
+  Rpc.make("Cancel", { payload: { keepInbox: Schema.Boolean }, error: WriteError }),
+  Rpc.make("WhenIdle", { error: WriteError }),
+  Rpc.make("Wake", { error: WriteError }),
   Rpc.make("Fork", {
-    payload: { childId: Schema.String, upTo: Schema.optional(Schema.NonNegativeInt), ...CreatePayload },
-    error: AgentFailure
+    payload: Schema.Struct({ childId: Schema.String, upTo: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }) }),
+    success: SessionInfo,
+    error: WriteError
   }),
   Rpc.make("CreateFork", {
-    payload: { parent: Schema.String, seed: Schema.Array(Envelope), ...CreatePayload },
-    error: AgentFailure
+    payload: { parent: SessionId, seed: Schema.Array(DurableEvent), ...CreateFields },
+    success: SessionInfo,
+    error: WriteError
   }),
-  Rpc.make("Passivate", { success: Schema.Boolean, error: AgentFailure }),
-  Rpc.make("Remove", { error: AgentFailure }),
-  Rpc.make("Events", { payload: { from: Schema.NonNegativeInt }, success: StreamItem, error: AgentFailure, stream: true })
+  Rpc.make("Dispose", { error: DisposeError }),
+  Rpc.make("Remove", { error: RemoveError }),
+  Rpc.make("Events", {
+    payload: { from: Schema.NonNegativeInt },
+    success: StreamEvent,
+    error: EventsError,
+    stream: true
+  })
 ])
 
 /** A failure of the cluster itself (its message storage, a mailbox), not of the agent. */
