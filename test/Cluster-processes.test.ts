@@ -4,17 +4,19 @@
  * runner SIGKILLed while its agents run turns. Without `EFFECT_AGENT_PG_URL` the suite is skipped
  * with a message (in CI, where it must run, that is a failure).
  */
-import { NodeContext } from "@effect/platform-node"
+import { NodeClusterSocket, NodeContext } from "@effect/platform-node"
 import { PgClient } from "@effect/sql-pg"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Layer, Redacted, Schedule, Stream } from "effect"
+import { Context, Effect, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
-import { SessionId } from "../src/Message.js"
+import * as Cluster from "../src/Cluster.js"
+import { MessageId as SessionMessageId, SessionId } from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
+import { sharding } from "./fixtures/clusterConfig.js"
 import type { Child } from "./fixtures/clusterProcesses.js"
 import { freePort, freshSchema, startChild } from "./fixtures/clusterProcesses.js"
 
@@ -56,6 +58,18 @@ const noModel = Layer.succeed(Model.Model, Model.Model.of({ stream: () => Stream
 /** A store over the test's schema, in this process (it only reads, and resumes at the end). */
 const storeLayer = (schemaUrl: string) =>
   SqlSessionPersistence.layer().pipe(
+    Layer.provide(PgClient.layer({ url: Redacted.make(schemaUrl), maxConnections: 4 }))
+  )
+
+/** A client-only member of the cluster in this process (the test is the client process). */
+const clientLayer = (schemaUrl: string) =>
+  Cluster.layerClient.pipe(
+    Layer.provide(NodeClusterSocket.layer({
+      clientOnly: true,
+      storage: "sql",
+      shardingConfig: { ...sharding, runnerAddress: Option.none() }
+    })),
+    Layer.provide(SqlSessionPersistence.layer()),
     Layer.provide(PgClient.layer({ url: Redacted.make(schemaUrl), maxConnections: 4 }))
   )
 
@@ -202,6 +216,77 @@ if (url === undefined) {
             `CLU-05 timings: runners ready ${runnersReady - started} ms, phase 1 ${phase1 - runnersReady} ms, ` +
               `kill to client done ${done - phase1} ms, to settled ${settled - phase1} ms, total ${Date.now() - started} ms; ` +
               `killed runner ran ${victimSessions.size} turns`
+          )
+        }).pipe(Effect.scoped, Effect.provide(NodeContext.layer)),
+      240_000
+    )
+
+    it.live(
+      "CLU-02 a runner that lost its shard cannot append: stopped mid-turn, its session is taken over by another " +
+        "runner, and when it continues its writes fail SessionConflict; the log holds only the new owner's events",
+      () =>
+        Effect.gen(function*() {
+          const { url: schemaUrl } = yield* freshSchema(url)
+          // shard locks as expiring rows (a stopped runner keeps advisory locks), a short session lease
+          const config = { modelMillis: 50, slowMillis: 8000, leaseTtlMillis: 3000, tableLocks: true }
+          const runners: Array<Child> = []
+          for (let i = 0; i < 2; i++) runners.push(yield* startRunner(schemaUrl, i, config))
+          yield* Effect.forEach(runners, (runner) => runner.waitFor((line) => line.startsWith("ready"), "90 seconds"), {
+            discard: true
+          })
+          const context = yield* Layer.build(clientLayer(schemaUrl))
+          const client = Context.get(context, Cluster.ClusterClient)
+
+          // a slow turn on each of a few sessions; the victim is the first runner, its session one it runs
+          const ids = Array.from({ length: 6 }, (_, i) => `fenced-${i}`)
+          yield* Effect.forEach(ids, (id) =>
+            Effect.zipRight(
+              client.create(id, { options: { provider: "echo", model: "echo" } }),
+              client.send(id, { text: "slow: a long answer", id: SessionMessageId.make(`${id}-m1`) })
+            ), { concurrency: 6, discard: true })
+          const victim = runners[0]!
+          const line = yield* victim.waitFor((line) => line.startsWith("model fenced-"), "30 seconds")
+          const id = line.split(" ")[1]!
+          yield* victim.signal("SIGSTOP")
+          // the other runner takes the shard once the victim's heartbeat and shard locks expire, and the
+          // session once its lease expires; the send is acknowledged by it
+          const receipt = yield* client.send(id, { text: "after the takeover", id: SessionMessageId.make(`${id}-m2`) }).pipe(
+            Effect.timeout("60 seconds")
+          )
+          assert.isFalse(receipt.duplicate)
+          yield* client.whenIdle(id).pipe(Effect.timeout("60 seconds"))
+          const owner = runners[1]!
+          assert.include(yield* owner.lines, `model ${id} ${owner.pid}`)
+          // the stopped runner goes on: its model answers, its writes are refused
+          yield* victim.signal("SIGCONT")
+          yield* victim.waitFor((line) => line.startsWith(`model-done ${id} `), "30 seconds")
+          const refused = yield* victim.waitFor(
+            (line) => line.includes("SessionConflict") || line.includes("Another writer changed it") ||
+              line.includes("was taken over by another writer"),
+            "30 seconds"
+          )
+          assert.isString(refused)
+
+          yield* Effect.forEach(runners, (runner) => runner.signal("SIGTERM"), { discard: true })
+          yield* Effect.forEach(runners, (runner) => runner.exited("60 seconds"), { discard: true })
+          const events = yield* Effect.flatMap(SessionPersistence, (persistence) =>
+            Effect.map(persistence.read(SessionId.make(id)), (stored) => stored.events)).pipe(
+              Effect.provide(storeLayer(schemaUrl))
+            )
+          // the victim's answer to the first message never reached the log: its turn was repaired by the new owner
+          const answers = events.filter((event) => event.type === "assistant/message").map((event) =>
+            (event.data as { readonly message: { readonly content: ReadonlyArray<{ readonly text?: string }> } }).message
+              .content.map((part) => part.text ?? "").join("")
+          )
+          assert.deepStrictEqual(answers, ["echo: after the takeover"])
+          assert.deepStrictEqual(turnEnds(events), ["interrupted", "completed"])
+          assert.deepStrictEqual(enteredIds(events), [`${id}-m1`, `${id}-m2`])
+          events.forEach((event, seq) => assert.strictEqual(event.seq, seq))
+          yield* Effect.gen(function*() {
+            const registry = yield* AgentRegistry
+            yield* Effect.scoped(Effect.flatMap(registry.resume({ sessionId: id }), (handle) => handle.dispose))
+          }).pipe(
+            Effect.provide(AgentRuntime.layer.pipe(Layer.provideMerge(storeLayer(schemaUrl)), Layer.provide(noModel)))
           )
         }).pipe(Effect.scoped, Effect.provide(NodeContext.layer)),
       240_000
