@@ -91,11 +91,11 @@ export interface Options<R = never> {
  * @since 0.2.0
  * @category options
  */
-export const defaults = {
-  leaseWait: Duration.seconds(60),
-  recoveryInterval: Duration.minutes(1),
-  recoverConcurrency: 16
-} as const
+export const defaults: {
+  readonly leaseWait: Duration.Duration
+  readonly recoveryInterval: Duration.Duration
+  readonly recoverConcurrency: number
+} = clusterEntity.defaults
 
 /**
  * A runner's part of the cluster: the {@link AgentEntity} behaviour over an `AgentHost` built for

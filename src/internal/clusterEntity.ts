@@ -62,15 +62,22 @@ export interface Settings {
   readonly recoverConcurrency: number
 }
 
+/** The defaults of `Cluster.Options` (`Cluster.defaults`). @internal */
+export const defaults = {
+  leaseWait: Duration.seconds(60),
+  recoveryInterval: Duration.minutes(1),
+  recoverConcurrency: 16
+} as const
+
 /** @internal */
 export const settingsOf = (options: Cluster.Options<unknown>): Settings => ({
   maxIdleTime: options.maxIdleTime === undefined ? undefined : Duration.decode(options.maxIdleTime),
-  leaseWait: Duration.decode(options.leaseWait ?? Duration.seconds(60)),
-  recoveryInterval: Duration.decode(options.recoveryInterval ?? Duration.minutes(1)),
+  leaseWait: Duration.decode(options.leaseWait ?? defaults.leaseWait),
+  recoveryInterval: Duration.decode(options.recoveryInterval ?? defaults.recoveryInterval),
   recoverConcurrency: options.recoverConcurrency !== undefined && Number.isSafeInteger(options.recoverConcurrency) &&
       options.recoverConcurrency > 0
     ? options.recoverConcurrency
-    : 16
+    : defaults.recoverConcurrency
 })
 
 // -------------------------------------------------------------------------------------------------
