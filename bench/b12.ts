@@ -93,7 +93,7 @@ const withCluster = (base: string, runners: number, log: (line: string) => void)
     const children: Array<Child> = []
     for (let i = 0; i < runners; i++) {
       const port = yield* freePort
-      children.push(yield* startChild(`runner-${i}`, "clusterRunner.ts", [String(port)], {
+      children.push(yield* startChild(`runner-${i}`, "test/fixtures/clusterRunner.ts", [String(port)], {
         CLUSTER_PG_URL: url,
         CLUSTER_RUNNER: JSON.stringify({ modelMillis: 0 })
       }))

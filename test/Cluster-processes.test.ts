@@ -75,7 +75,7 @@ const clientLayer = (schemaUrl: string) =>
 
 const startRunner = (schemaUrl: string, index: number, config: Record<string, unknown>) =>
   Effect.flatMap(freePort, (port) =>
-    startChild(`runner-${index}`, "clusterRunner.ts", [String(port)], {
+    startChild(`runner-${index}`, "test/fixtures/clusterRunner.ts", [String(port)], {
       CLUSTER_PG_URL: schemaUrl,
       CLUSTER_RUNNER: JSON.stringify(config)
     }))
@@ -124,7 +124,7 @@ if (url === undefined) {
           })
           const runnersReady = Date.now()
 
-          const workload = yield* startChild("client", "clusterWorkload.ts", [String(SESSIONS)], {
+          const workload = yield* startChild("client", "test/fixtures/clusterWorkload.ts", [String(SESSIONS)], {
             CLUSTER_PG_URL: schemaUrl
           })
           yield* workload.waitFor((line) => line === "phase1", "120 seconds")
