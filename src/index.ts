@@ -94,3 +94,8 @@ export * as Tool from "./Tool.js"
  * @since 0.2.0
  */
 export * as AgentHost from "./AgentHost.js"
+
+/**
+ * @since 0.2.0
+ */
+export * as SessionGateway from "./SessionGateway.js"

@@ -6,8 +6,8 @@
  * (HOST-05) and exits 0.
  *
  * The model: OpenAI (or a compatible endpoint: `OPENAI_BASE_URL`) when `OPENAI_API_KEY` is set,
- * Anthropic when `ANTHROPIC_API_KEY` is, else a scripted model that echoes (for trying the API);
- * `EFFECT_AGENT_MODEL` names the model.
+ * Anthropic when `ANTHROPIC_API_KEY` is, else a scripted model that echoes (for trying the API; a
+ * message starting with "wait" hangs until cancelled); `EFFECT_AGENT_MODEL` names the model.
  *
  * @internal
  */
@@ -62,11 +62,14 @@ export interface ServeFlags extends store.StoreFlags {
 /** Whether the server stopped because it was told to (a signal): the process then exits 0. @internal */
 export let stoppedBySignal = false
 
-/** The scripted stand-in: echoes the last user message. */
+/**
+ * The scripted stand-in: echoes the last user message; one starting with "wait" streams a little and
+ * then hangs until it is cancelled (to try steering and cancelling).
+ */
 const echo = (request: Model.ModelRequest): Model.Reply => {
   const users = request.messages.filter((message): message is Message.UserMessage => message.role === "user")
   const last = users.length > 0 ? Message.textOf(users[users.length - 1]!.content) : ""
-  return Model.text(`echo: ${last}`)
+  return last.startsWith("wait") ? Model.hang("thinking about it") : Model.text(`echo: ${last}`)
 }
 
 /** A real provider when its key is set (its adapter loaded then: `@effect/ai` is an optional peer), else the echo. */
