@@ -239,7 +239,7 @@ export type SendMode = typeof SendMode.Type
 export const SendRequest = Schema.Struct({
   text: Schema.optionalWith(Schema.String, { exact: true }),
   content: Schema.optionalWith(Schema.Array(ContentPart), { exact: true }),
-  id: Schema.optionalWith(MessageId, { exact: true }),
+  id: Schema.optionalWith(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256)), { exact: true }),
   mode: Schema.optionalWith(SendMode, { exact: true })
 }).pipe(
   Schema.filter((request) =>

@@ -100,3 +100,4 @@ export * as AgentHost from "./AgentHost.js"
  */
 export * as Compaction from "./Compaction.js"
 export * as Metrics from "./Metrics.js"
+export * as SessionGateway from "./SessionGateway.js"

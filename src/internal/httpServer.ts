@@ -23,7 +23,6 @@ import {
   Forbidden,
   NotReady,
   PayloadTooLarge,
-  SessionCreated,
   SessionProblem,
   statusOf,
   Unauthorized
@@ -31,8 +30,8 @@ import {
 import * as Message from "../Message.js"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
-import type { EventsError, StreamEvent } from "../SessionGateway.js"
-import { InvalidRequest, SessionGateway } from "../SessionGateway.js"
+import type { EventsError, SessionInfo, StreamEvent } from "../SessionGateway.js"
+import { InvalidRequest, SessionGateway, SessionInfo as SessionInfoSchema } from "../SessionGateway.js"
 import * as sse from "./httpSse.js"
 
 /** The options with their defaults. */
@@ -230,6 +229,8 @@ const cursorOf = (lastEventId: string | undefined, from: number | undefined) => 
     : Effect.fail(new InvalidRequest({ reason: `Last-Event-ID must be the seq of an event, got ${JSON.stringify(lastEventId)}` }))
 }
 
+const encodeInfo = (info: SessionInfo) => Effect.orDie(Schema.encode(SessionInfoSchema)(info))
+
 // made on first use: this module and HttpApi.ts import each other
 let encodeProblemOnce: ((u: unknown) => Effect.Effect<unknown, unknown>) | undefined
 const encodeProblem = (error: unknown) => (encodeProblemOnce ??= Schema.encodeUnknown(SessionProblem))(error)
@@ -298,7 +299,10 @@ const sessionsLayer = (settings: Settings) =>
           Effect.gen(function*() {
             yield* allow(settings, path.id, "create")
             const result = yield* gateway.create(path.id, payload)
-            return result.created ? new SessionCreated(result.session) : result.session
+            // 201 and 200 carry the same body, which the success union cannot tell apart
+            return result.created
+              ? yield* HttpServerResponse.json(yield* encodeInfo(result.session), { status: 201 }).pipe(Effect.orDie)
+              : result.session
           }))
         .handle("get", ({ path }) => Effect.zipRight(allow(settings, path.id, "read"), gateway.summary(path.id)))
         .handle("send", ({ path, payload }) =>
