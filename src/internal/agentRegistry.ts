@@ -218,6 +218,18 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
         .map((entry) => entry.value)
     })
 
+    // REG-07 for every live entry at once, against one snapshot (the inspector's tree, INS-01)
+    const owners = Effect.map(registry.entries, (entries) => {
+      const byKey = new Map(entries.map((entry) => [entry.key, entry] as const))
+      const live = (key: string) => byKey.get(key)
+      return entries.map((entry) => ({
+        agent: entry.value,
+        owner: Option.isSome(entry.parent) && parentIsLive(entry.parent.value, live)
+          ? Option.some(entry.parent.value.agent.id)
+          : Option.none()
+      }))
+    })
+
     // both entries judged against one snapshot of the live entries
     const isOwnedBy = Effect.fn("AgentRegistry.isOwnedBy")(function*(id: SessionId | string, parent: Agent) {
       return yield* registry.withLive((live) => {
@@ -411,6 +423,7 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       get,
       list,
       roots,
+      owners,
       isOwnedBy,
       create,
       resume,
