@@ -176,6 +176,33 @@ const showSummary = (info) => {
   ])
 }
 
+/** @type {ReturnType<typeof setTimeout> | undefined} */
+let summaryTimer
+
+/**
+ * Reads the selected session's summary again shortly after its log grew (one read per burst of
+ * events), so status, pending input and usage follow the timeline.
+ *
+ * @param {string} id
+ */
+const refreshSummarySoon = (id) => {
+  if (summaryTimer !== undefined) return
+  summaryTimer = setTimeout(() => {
+    summaryTimer = undefined
+    if (state.selected !== id) return
+    api.summary(id).then(
+      (info) => {
+        state.sessions.set(id, info)
+        if (state.selected !== id) return
+        // newer than the last status the stream reported
+        state.liveStatus = undefined
+        showSummary(info)
+      },
+      (error) => notify(error)
+    )
+  }, 250)
+}
+
 /** @param {string} id */
 const select = (id) => {
   if (state.selected === id) return
@@ -191,7 +218,10 @@ const select = (id) => {
   }
   showSummary(state.sessions.get(id))
   state.stop = follow(id, {
-    durable: (event) => timeline.durable(event),
+    durable: (event) => {
+      timeline.durable(event)
+      refreshSummarySoon(id)
+    },
     live: (event) => {
       if (event._tag === "AgentStatusChanged") {
         state.liveStatus = event.status

@@ -88,6 +88,8 @@ export class Timeline {
     this.deltas = new Map()
     /** @type {number | undefined} the turn started and not ended */
     this.openTurn = undefined
+    /** @type {number | undefined} the step of the open turn started and not ended */
+    this.openStep = undefined
     this.count = 0
   }
 
@@ -97,6 +99,7 @@ export class Timeline {
     this.calls.clear()
     this.deltas.clear()
     this.openTurn = undefined
+    this.openStep = undefined
     this.count = 0
   }
 
@@ -138,8 +141,9 @@ export class Timeline {
    * @param {HTMLElement} element
    */
   place(element) {
-    if (this.openTurn !== undefined) this.turn(this.openTurn).body.append(element)
-    else this.root.append(element)
+    if (this.openTurn === undefined) this.root.append(element)
+    else if (this.openStep !== undefined) this.step(this.openTurn, this.openStep).append(element)
+    else this.turn(this.openTurn).body.append(element)
   }
 
   /** @param {DurableEvent} event */
@@ -157,6 +161,7 @@ export class Timeline {
       }
       case "step/start": {
         const data = /** @type {StepMark} */ (event.data)
+        this.openStep = data.step
         this.step(data.turn, data.step).append(
           h("div", { class: "item request" }, stamp("model request", event.seq, event.time))
         )
@@ -164,6 +169,7 @@ export class Timeline {
       }
       case "step/end": {
         const data = /** @type {StepMark} */ (event.data)
+        this.openStep = undefined
         this.step(data.turn, data.step).classList.add("ended")
         return
       }
@@ -209,6 +215,15 @@ export class Timeline {
    */
   splice(event, data) {
     const restored = data.outcome === "restored"
+    if (data.outcome === "canceled" || data.outcome === "rejected") {
+      // the messages it discards were drawn when they were inserted
+      for (const id of data.removed) {
+        for (const element of this.root.querySelectorAll(`[data-message-id="${CSS.escape(id)}"]`)) {
+          element.classList.add("discarded")
+          element.setAttribute("title", data.outcome)
+        }
+      }
+    }
     const what = data.outcome !== undefined
       ? `${data.outcome} ${data.removed.length + data.inserted.length}`
       : data.inserted.length > 0
@@ -301,7 +316,10 @@ export class Timeline {
    * @param {TurnEnd} data
    */
   turnEnd(event, data) {
-    if (this.openTurn === data.turn) this.openTurn = undefined
+    if (this.openTurn === data.turn) {
+      this.openTurn = undefined
+      this.openStep = undefined
+    }
     const { section } = this.turn(data.turn)
     section.classList.add("ended", `end-${data.reason.kind}`)
     section.append(

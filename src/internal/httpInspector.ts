@@ -123,8 +123,18 @@ const snapshot = (registry: AgentRegistry["Type"], initiators: ReadonlyMap<strin
 // -------------------------------------------------------------------------------------------------
 // security: the registry answers the principals the sessions routes answer (HTTP-03)
 
-const encodeUnauthorized = Schema.encode(problems.problem(Unauthorized, 401))
-const encodeForbidden = Schema.encode(problems.problem(Forbidden, 403))
+// made on first use: HttpApi.ts imports this module (through httpServer.ts) before its classes exist
+let encoders:
+  | {
+    readonly unauthorized: (error: Unauthorized) => Effect.Effect<problems.ProblemBody, unknown>
+    readonly forbidden: (error: Forbidden) => Effect.Effect<problems.ProblemBody, unknown>
+  }
+  | undefined
+const problemEncoders = () =>
+  encoders ??= {
+    unauthorized: Schema.encode(problems.problem(Unauthorized, 401)),
+    forbidden: Schema.encode(problems.problem(Forbidden, 403))
+  }
 
 const bearerOf = (header: string | undefined): string =>
   header !== undefined && header.toLowerCase().startsWith("bearer ") ? header.slice(7).trim() : ""
@@ -138,13 +148,13 @@ const refusal = (settings: InspectorSettings, request: HttpServerRequest.HttpSer
       const found = token === "" ? Option.none() : yield* settings.authenticate(Redacted.make(token))
       if (Option.isNone(found)) {
         const reason = token === "" ? "the request has no bearer token" : "the bearer token is not valid"
-        const body = yield* Effect.orDie(encodeUnauthorized(new Unauthorized({ reason })))
+        const body = yield* Effect.orDie(problemEncoders().unauthorized(new Unauthorized({ reason })))
         return HttpServerResponse.unsafeJson(body, { status: 401, headers: { "www-authenticate": "Bearer" } })
       }
       principal = found.value
     }
     if (settings.authorize !== undefined && !(yield* settings.authorize(principal, undefined, "list"))) {
-      const body = yield* Effect.orDie(encodeForbidden(new Forbidden({ principal: principal.id, action: "list" })))
+      const body = yield* Effect.orDie(problemEncoders().forbidden(new Forbidden({ principal: principal.id, action: "list" })))
       return HttpServerResponse.unsafeJson(body, { status: 403 })
     }
     return undefined
@@ -164,9 +174,15 @@ export const layer = (settings: InspectorSettings) =>
     Effect.gen(function*() {
       const registry = yield* Effect.serviceOption(AgentRegistry)
       const initiators = Option.isSome(registry) ? yield* recordInitiators(registry.value) : new Map<string, SessionId>()
-      // relative, so the page works behind a proxy that mounts the server under a prefix
-      yield* router.get("/inspector", Effect.succeed(HttpServerResponse.redirect("./inspector/", { status: 302 })))
-      yield* router.get("/inspector/", asset("index.html"))
+      // one route for both forms (the router ignores a trailing slash): the page's relative URLs need
+      // the folder form, so `/inspector` redirects there, relatively, to keep a proxy's path prefix
+      yield* router.get(
+        "/inspector",
+        Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+          (request.url.split("?")[0] ?? "").endsWith("/")
+            ? asset("index.html")
+            : Effect.succeed(HttpServerResponse.redirect("./inspector/", { status: 302 })))
+      )
       yield* router.get(
         "/inspector/:file",
         Effect.flatMap(HttpRouter.params, (params) => asset(params["file"] ?? ""))
