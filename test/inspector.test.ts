@@ -20,9 +20,11 @@ import type { SessionEvent } from "../src/SessionEvent.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
 import * as Tool from "../src/Tool.js"
 import { tempDirectory } from "./fixtures/backends.js"
+import { openTurn } from "./fixtures/cliSessions.js"
 import type { Store } from "./fixtures/host.js"
 import type { Served } from "./fixtures/httpServer.js"
 import { fileStore, request, serve } from "./fixtures/httpServer.js"
+import { header } from "./fixtures/persistenceConformance.js"
 
 const route = { provider: "scripted", model: "test" }
 
@@ -269,7 +271,7 @@ const screenshotDirectory = (fallback: string) => {
 
 describe("inspector in Chromium", () => {
   it.scoped.skipIf(!hasChromium && !inCi)(
-    "INS-02 headless Chromium: the timeline shows a tool call's arguments, a live delta while the turn streams, and a steer typed in the page reaches the log",
+    "INS-02 headless Chromium: the timeline shows a tool call's arguments and a crash repair, a live delta while the turn streams, and a steer typed in the page reaches the log",
     () =>
       Effect.gen(function*() {
         if (!hasChromium) {
@@ -304,6 +306,14 @@ describe("inspector in Chromium", () => {
         const fork = yield* request(`${served.url}/sessions/seeded/fork`, { method: "POST", body: { childId: "seeded-copy" } })
         assert.strictEqual(fork.status, 201, JSON.stringify(fork.body))
         assert.strictEqual((yield* put("live")).status, 201)
+        // a log a crash left inside a turn (a tool call without its result), repaired when the host resumes it
+        yield* Effect.scoped(Effect.flatMap(
+          Context.get(store.context, SessionPersistence).create(header("crashed" as SessionId)),
+          (writer) => writer.append(openTurn())
+        )).pipe(Effect.orDie)
+        yield* served.host.get("crashed")
+        const repaired = yield* storedEvents(store, "crashed")
+        assert.deepStrictEqual(repaired.at(-1)?.data, { turn: 1, reason: { kind: "interrupted" } })
 
         const browser = yield* launchBrowser
         const { errors, page } = yield* openPage(browser)
@@ -324,7 +334,18 @@ describe("inspector in Chromium", () => {
         assert.include(result, "notes/todo.txt: 3 lines")
         assert.include(yield* waitForText(page, ".turn .assistant", "two tasks"), "The file lists two tasks.")
         assert.include(yield* waitForText(page, ".turn.end-completed .turn-end", "completed"), "turn end: completed")
+
+        // the repaired session: the closer result and the interrupted turn end are highlighted as repairs
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="crashed"]`).click())
+        const closer = yield* waitForText(page, `.tool-call[data-call-id="call-1"] .result.repair`, "TOOL_OUTCOME_UNKNOWN")
+        assert.include(closer, "repair")
+        yield* waitForText(page, ".turn.end-interrupted .turn-end.repair", "interrupted")
         const shots = screenshotDirectory(yield* tempDirectory("effect-agent-inspector-"))
+        const repairShot = path.join(shots, "inspector-repair.png")
+        yield* inPage(() => page.screenshot({ path: repairShot, fullPage: true }))
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="seeded"]`).click())
+        yield* waitForText(page, `.tool-call[data-call-id="call-1"] .arguments`, "notes/todo.txt")
+
         const seededShot = path.join(shots, "inspector-seeded.png")
         yield* inPage(() => page.screenshot({ path: seededShot, fullPage: true }))
 
@@ -367,8 +388,9 @@ describe("inspector in Chromium", () => {
         yield* inPage(() => page.screenshot({ path: liveShot, fullPage: true }))
         assert.isAbove(fs.statSync(seededShot).size, 10_000)
         assert.isAbove(fs.statSync(liveShot).size, 10_000)
+        assert.isAbove(fs.statSync(repairShot).size, 10_000)
         // eslint-disable-next-line no-console
-        console.info(`INS-02 screenshots: ${seededShot} ${liveShot}`)
+        console.info(`INS-02 screenshots: ${seededShot} ${repairShot} ${liveShot}`)
         assert.deepStrictEqual(errors, [])
       }),
     120_000
