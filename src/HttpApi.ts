@@ -400,6 +400,13 @@ export interface Options {
   readonly authorize?:
     | ((principal: Principal, sessionId: SessionId | undefined, action: Action) => Effect.Effect<boolean>)
     | undefined
+  /**
+   * The inspector (INS-01): a page at `/inspector/` over this API (sessions, timelines, live events,
+   * send/steer/cancel) and `GET /inspector/api/registry`, a read-only snapshot of the live agents of
+   * this process's `AgentRegistry` (answered with the same authentication as the sessions routes).
+   * On by default; `false` serves neither.
+   */
+  readonly inspector?: boolean | undefined
   /** CORS for browsers on other origins: off by default. */
   readonly cors?: {
     readonly allowedOrigins?: ReadonlyArray<string> | undefined

@@ -224,6 +224,19 @@ const rootsOf = (s: RegistryState) =>
       .map((entry) => entry.value)
   })
 
+/** REG-07 for every live entry at once, against one snapshot (the inspector's tree, INS-01). */
+const ownersOf = (s: RegistryState) =>
+  Effect.map(s.entries.entries, (entries) => {
+    const byKey = new Map(entries.map((entry) => [entry.key, entry] as const))
+    const live = (key: string) => byKey.get(key)
+    return entries.map((entry) => ({
+      agent: entry.value,
+      owner: Option.isSome(entry.parent) && parentIsLive(entry.parent.value, live)
+        ? Option.some(entry.parent.value.agent.id)
+        : Option.none()
+    }))
+  })
+
 /** OWN-05: both entries judged against one snapshot of the live entries. */
 const isOwnedByIn = (s: RegistryState, id: SessionId | string, parent: Agent) =>
   s.entries.withLive((live) => {
@@ -382,6 +395,7 @@ const serviceOf = (s: RegistryState, publisher: AgentPublisher): AgentRegistry["
     }),
     list: Effect.map(s.entries.entries, (entries) => entries.map((entry) => entry.value)),
     roots: rootsOf(s),
+    owners: ownersOf(s),
     isOwnedBy: Effect.fn("AgentRegistry.isOwnedBy")(function*(id: SessionId | string, parent: Agent) {
       return yield* isOwnedByIn(s, id, parent)
     }),

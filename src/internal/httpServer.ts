@@ -32,6 +32,7 @@ import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import type { EventsError, SessionInfo, StreamEvent } from "../SessionGateway.js"
 import { InvalidRequest, SessionGateway, SessionInfo as SessionInfoSchema } from "../SessionGateway.js"
+import * as inspector from "./httpInspector.js"
 import * as sse from "./httpSse.js"
 
 /** The options with their defaults. */
@@ -360,7 +361,9 @@ export const layer = (options?: HttpApi.Options | undefined): Layer.Layer<
     api,
     HttpApiBuilder.middleware(Api, guard(settings)),
     HttpApiBuilder.middlewareOpenApi().pipe(Layer.provide(api)),
-    cors
+    cors,
+    // INS-01: the inspector page and its registry snapshot, unless turned off
+    options?.inspector === false ? Layer.empty : inspector.layer(settings)
   )
 }
 
