@@ -36,6 +36,20 @@ describe("internal feed", () => {
       assert.deepStrictEqual(Chunk.toReadonlyArray(yield* Stream.runCollect(late)), [])
     }))
 
+  it.scoped("CORE-09 B9 what was published while a subscriber was busy reaches it as one chunk, up to the end", () =>
+    Effect.gen(function*() {
+      const feed = yield* Feed.make<number>()
+      const stream = yield* feed.subscribe
+      // published before the subscriber pulls: one burst (a model's deltas), then the end
+      for (let i = 1; i <= 5; i++) yield* feed.publish(i)
+      yield* feed.publishAll([6, 7])
+      yield* feed.end
+      const chunks = yield* Stream.runCollect(
+        Stream.mapChunks(stream, (chunk) => Chunk.of(Chunk.toReadonlyArray(chunk)))
+      )
+      assert.deepStrictEqual(Chunk.toReadonlyArray(chunks), [[1, 2, 3, 4, 5, 6, 7]])
+    }))
+
   it.scoped("CORE-09 first subscriptions made at the same time share one PubSub: both get every event", () =>
     Effect.gen(function*() {
       const feed = Feed.makeUnsafe<number>()

@@ -15,6 +15,7 @@ import { Chunk, Effect, Queue, Stream, Take } from "effect"
 import type { Scope } from "effect"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent } from "../SessionEvent.js"
+import * as feed from "./feed.js"
 
 /** What a cursor reads: a session's log and its post-commit feed. @internal */
 export interface CursorSource {
@@ -36,24 +37,36 @@ const buffered = (live: Stream.Stream<SessionEvent>, capacity: number) =>
   Effect.gen(function*() {
     const buffer = yield* Queue.sliding<Take.Take<SessionEvent>>(capacity)
     yield* live.pipe(
-      Stream.runForEach((event) => Queue.offer(buffer, Take.of(event))),
+      // one Take per event: the buffer's capacity counts events
+      Stream.runForEachChunk((chunk) => Queue.offerAll(buffer, Chunk.map(chunk, Take.of))),
       Effect.ensuring(Queue.offer(buffer, Take.end)),
       Effect.forkScoped
     )
-    return Stream.flattenTake(Stream.fromQueue(buffer))
+    return feed.fromTakes(buffer)
   })
 
 /**
- * The events from `next` up to `event` (included): `event` alone when nothing was dropped, nothing
- * when it was already emitted, otherwise what the buffer dropped re-read from the log.
+ * The events of a chunk from the buffer that come next: those from `cursor.next` up to the chunk's
+ * last one (included). Read from the chunk when it holds all of them in order; when the buffer
+ * dropped some, re-read from the log. Events before `cursor.next` were already emitted.
  */
-const advance = (source: CursorSource, next: number, event: SessionEvent) => {
-  if (event.seq < next) return Effect.succeed([next, Chunk.empty<SessionEvent>()] as const)
-  if (event.seq === next) return Effect.succeed([next + 1, Chunk.of(event)] as const)
-  return Effect.map(
-    source.events,
-    (log) => [event.seq + 1, Chunk.unsafeFromArray(log.slice(next, event.seq + 1))] as const
-  )
+const advance = (source: CursorSource, cursor: { next: number }, chunk: Chunk.Chunk<SessionEvent>) => {
+  const events = Chunk.toReadonlyArray(chunk)
+  const last = events.length === 0 ? -1 : events[events.length - 1]!.seq
+  const from = cursor.next
+  if (last < from) return Effect.succeed(Chunk.empty<SessionEvent>())
+  cursor.next = last + 1
+  const out: Array<SessionEvent> = []
+  let expected = from
+  for (const event of events) {
+    if (event.seq < expected) continue
+    if (event.seq > expected) {
+      return Effect.map(source.events, (log) => Chunk.unsafeFromArray(log.slice(from, last + 1)))
+    }
+    out.push(event)
+    expected++
+  }
+  return Effect.succeed(Chunk.unsafeFromArray(out))
 }
 
 /**
@@ -74,9 +87,7 @@ export const eventsFrom = (
     const rest = yield* buffered(live, capacity)
     // in chunks: one chunk of a long log would be emitted as one piece
     const stored = Stream.fromIterable(log.slice(seq))
-    const fresh = rest.pipe(
-      Stream.mapAccumEffect(log.length, (next, event) => advance(source, next, event)),
-      Stream.flattenChunks
-    )
+    const cursor = { next: log.length }
+    const fresh = Stream.mapChunksEffect(rest, (chunk) => advance(source, cursor, chunk))
     return Stream.concat(stored, fresh)
   }))

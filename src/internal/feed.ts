@@ -1,9 +1,9 @@
 /**
  * Event fan-out, once for every feed of the library: an unbounded `PubSub` of `Take`s. A
  * publication is one `Take` of its values, the feed's end is `Take.end`, and each subscriber stream
- * is the subscription flattened (`Stream.flattenTake`): it delivers everything published before the
- * end, then ends. Observers are subscribers running in their own fibers, so a failing or slow
- * observer never affects the publisher.
+ * is the subscription read by `fromTakes`: it delivers everything published before the end, then
+ * ends, in one chunk per pull of what was waiting. Observers are subscribers running in their own
+ * fibers, so a failing or slow observer never affects the publisher.
  *
  * The PubSub is made by the first subscription: until someone listens, publishing costs nothing
  * (most agents of a large process are never observed, B2). A feed is one small object: its
@@ -17,7 +17,8 @@
  *
  * @internal
  */
-import { Chunk, Effect, PubSub, Stream, Take } from "effect"
+import { Channel, Chunk, Effect, PubSub, Queue, Stream, Take } from "effect"
+import type { Cause } from "effect"
 import type { Scope } from "effect"
 
 /** @internal */
@@ -46,8 +47,49 @@ export interface Feed<A> {
   readonly onQuiet: (listener: (() => Effect.Effect<void>) | undefined) => void
 }
 
+/** The most `Take`s one pull reads from a queue (`Stream.fromQueue`'s default chunk size). */
+const MAX_TAKES = 4096
+
+/**
+ * The values of a queue of `Take`s up to the first `Take.end` (or the failure a `Take` carries),
+ * one chunk per pull of every `Take` waiting: `Stream.flattenTake` emits one chunk per `Take`, so a
+ * burst of publications (a model's deltas, B9) would cross every stage downstream one by one.
+ *
+ * @internal
+ */
+export const fromTakes = <A, E>(queue: Queue.Dequeue<Take.Take<A, E>>): Stream.Stream<A, E> => {
+  // made once per stream, not per Take: what a pull gathers, and how a Take adds to it
+  let values: Array<A> = []
+  const gather: {
+    readonly onEnd: () => Channel.Channel<never>
+    readonly onFailure: (cause: Cause.Cause<E>) => Channel.Channel<never, unknown, E>
+    readonly onSuccess: (chunk: Chunk.Chunk<A>) => undefined
+  } = {
+    onEnd: () => Channel.void,
+    onFailure: (cause) => Channel.failCause(cause),
+    onSuccess: (chunk) => {
+      for (const value of chunk) values.push(value)
+      return undefined
+    }
+  }
+  const loop: Channel.Channel<Chunk.Chunk<A>, unknown, E> = Channel.flatMap(
+    Channel.fromEffect(Queue.takeBetween(queue, 1, MAX_TAKES)),
+    (takes) => {
+      values = []
+      let last: Channel.Channel<Chunk.Chunk<A>, unknown, E> | undefined
+      for (const take of takes) {
+        last = Take.match(take, gather)
+        if (last !== undefined) break
+      }
+      const written = values.length === 0 ? Channel.void : Channel.write(Chunk.unsafeFromArray(values))
+      return Channel.zipRight(written, last ?? loop)
+    }
+  )
+  return Stream.fromChannel(loop)
+}
+
 const streamOf = <A>(pubsub: PubSub.PubSub<Take.Take<A>>): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> =>
-  Effect.map(PubSub.subscribe(pubsub), (subscription) => Stream.flattenTake(Stream.fromQueue(subscription)))
+  Effect.map(PubSub.subscribe(pubsub), fromTakes)
 
 class FeedImpl<A> implements Feed<A> {
   private ended = false
