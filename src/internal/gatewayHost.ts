@@ -6,7 +6,7 @@
  * @internal
  */
 import type { Scope } from "effect"
-import { Array as Arr, Chunk, Deferred, Effect, Either, Option, Queue, Stream } from "effect"
+import { Array as Arr, Deferred, Effect, Either, Option, Stream } from "effect"
 import type { Agent } from "../Agent.js"
 import * as AgentError from "../AgentError.js"
 import { AgentHost } from "../AgentHost.js"
@@ -18,6 +18,7 @@ import type * as Gateway from "../SessionGateway.js"
 import { InvalidRequest, MessageIdConflict, SessionGateway, sendTarget } from "../SessionGateway.js"
 import type { RecoverySummary, SessionSummary, UnreadableSession } from "../SessionPersistence.js"
 import { SessionPersistence } from "../SessionPersistence.js"
+import { durableAndLive } from "./durableAndLive.js"
 import * as summary from "./gatewaySummary.js"
 
 type Listed = SessionSummary | RecoverySummary | UnreadableSession
@@ -250,54 +251,10 @@ export const make = (
         yield* host.remove(key)
       }).pipe(Effect.withSpan("SessionGateway.remove"))
 
-    /**
-     * The live events of the agent while it is live (EVS-02), attached when the stream starts and
-     * again after an activation (signalled by `attach`); nothing while it is passivated.
-     */
-    const liveEvents = (key: SessionId, attach: Queue.Queue<void>, attached: { value: boolean }) =>
-      Stream.fromQueue(attach).pipe(
-        Stream.flatMap(
-          () =>
-            Stream.unwrap(Effect.map(liveAgent(key), (live) => {
-              if (Option.isNone(live)) return Stream.empty
-              attached.value = true
-              return live.value.events.pipe(
-                Stream.filterMap(summary.toLive),
-                Stream.map((event): Gateway.StreamEvent => ({ _tag: "Live", event })),
-                Stream.ensuring(Effect.sync(() => {
-                  attached.value = false
-                }))
-              )
-            })),
-          { switch: true }
-        )
-      )
-
-    /**
-     * EVS-01 through the host (no activation, across passivations), and the live events of each
-     * activation: a durable event while no live stream is attached means the agent is live again.
-     */
+    /** EVS-01 through the host (no activation, across passivations), with the live events of each activation. */
     const eventsFrom = (id: string, seq: number): Stream.Stream<Gateway.StreamEvent, Gateway.EventsError> =>
-      Stream.unwrapScoped(Effect.gen(function*() {
-        const key = yield* validId(id)
-        const attach = yield* Effect.acquireRelease(Queue.sliding<void>(1), Queue.shutdown)
-        const attached = { value: false }
-        const tryAttach = Effect.suspend(() =>
-          attached.value
-            ? Effect.void
-            : Effect.flatMap(liveAgent(key), (live) => Option.isSome(live) ? Queue.offer(attach, undefined) : Effect.void)
-        )
-        yield* tryAttach
-        const durable = host.eventsFrom(key, seq).pipe(
-          Stream.mapChunksEffect((chunk) =>
-            Effect.as(
-              tryAttach,
-              Chunk.map(chunk, (event): Gateway.StreamEvent => ({ _tag: "Durable", event }))
-            )
-          )
-        )
-        return Stream.merge(durable, liveEvents(key, attach, attached), { haltStrategy: "left" })
-      })).pipe(Stream.withSpan("SessionGateway.eventsFrom"))
+      Stream.unwrap(Effect.map(validId(id), (key) =>
+        durableAndLive(host.eventsFrom(key, seq), liveAgent(key), "SessionGateway.eventsFrom")))
 
     return SessionGateway.of({
       list,
