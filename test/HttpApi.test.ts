@@ -5,6 +5,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Fiber, Option, Redacted, Schema, Stream, TestClock } from "effect"
+import * as http from "node:http"
 import * as Feed from "../src/internal/feed.js"
 import * as Model from "../src/Model.js"
 import * as SessionGateway from "../src/SessionGateway.js"
@@ -34,6 +35,34 @@ const post = (served: Served, path: string, body: unknown, headers?: Record<stri
   request(`${served.url}${path}`, { method: "POST", body, ...(headers === undefined ? {} : { headers }) })
 
 const whenIdle = (served: Served, id: string) => served.host.use(id, (agent) => agent.whenIdle)
+
+/**
+ * POSTs `pieces` with `node:http`: with a Content-Length when `declared`, else chunked (what
+ * `fetch` never sends for a string body).
+ */
+const rawPost = (port: string, path: string, pieces: ReadonlyArray<Buffer>, declared: boolean) =>
+  Effect.promise(() =>
+    new Promise<{ readonly status: number; readonly body: unknown }>((resolve, reject) => {
+      const length = pieces.reduce((sum, piece) => sum + piece.length, 0)
+      const outgoing = http.request({
+        host: "127.0.0.1",
+        port: Number(port),
+        path,
+        method: "POST",
+        headers: { "content-type": "application/json", ...(declared ? { "content-length": String(length) } : {}) }
+      }, (response) => {
+        let text = ""
+        response.setEncoding("utf8")
+        response.on("data", (chunk: string) => (text += chunk))
+        response.on("end", () =>
+          resolve({ status: response.statusCode ?? 0, body: text === "" ? undefined : JSON.parse(text) })
+        )
+      })
+      outgoing.on("error", reject)
+      for (const piece of pieces) outgoing.write(piece)
+      outgoing.end()
+    })
+  )
 
 /** Asserts a problem body (HTTP-02): status, `type`, `title`, `detail`. */
 const assertProblem = (reply: { readonly status: number; readonly body: unknown }, status: number, tag: string) => {
@@ -182,6 +211,30 @@ describe("HttpApi over files", () => {
       )
       // a fork onto an existing child
       assertProblem(yield* post(served, "/sessions/known/fork", { childId: "known" }), 409, "AgentAlreadyExists")
+      assert.deepStrictEqual(yield* storedCounts(store), before)
+    }))
+
+  it.scoped("HTTP-02 a body with Content-Length and a chunked one are read alike: a message, an oversize body 413, bytes that are not UTF-8 400; nothing appended for the refused", () =>
+    Effect.gen(function*() {
+      const store = yield* files.make
+      const served = yield* serve(store, [Model.text("one"), Model.text("two")], { http: { maxBodyBytes: 2048 } })
+      yield* put(served, "bodies")
+      const { port } = new URL(served.url)
+      const path = "/sessions/bodies/messages"
+      // the same message, with its length declared and in chunks without one
+      assert.strictEqual((yield* rawPost(port, path, [Buffer.from(JSON.stringify({ text: "a", id: "m1" }))], true)).status, 202)
+      yield* whenIdle(served, "bodies")
+      const pieces = [Buffer.from("{\"text\":"), Buffer.from("\"b\",\"id\":\"m2\"}")]
+      assert.strictEqual((yield* rawPost(port, path, pieces, false)).status, 202)
+      yield* whenIdle(served, "bodies")
+      const before = yield* storedCounts(store)
+      const oversize = Buffer.from(JSON.stringify({ text: "z".repeat(4096) }))
+      assertProblem(yield* rawPost(port, path, [oversize], true), 413, "PayloadTooLarge")
+      assertProblem(yield* rawPost(port, path, [oversize.subarray(0, 3000), oversize.subarray(3000)], false), 413, "PayloadTooLarge")
+      // a lone continuation byte inside the JSON text
+      const latin1 = Buffer.concat([Buffer.from("{\"text\":\""), Buffer.from([0xe9]), Buffer.from("\"}")])
+      assertProblem(yield* rawPost(port, path, [latin1], true), 400, "InvalidRequest")
+      assertProblem(yield* rawPost(port, path, [latin1.subarray(0, 5), latin1.subarray(5)], false), 400, "InvalidRequest")
       assert.deepStrictEqual(yield* storedCounts(store), before)
     }))
 
