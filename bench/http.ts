@@ -5,7 +5,7 @@
  */
 import { HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
-import { Context, Effect, Exit, Layer, Scope, Stream } from "effect"
+import { Context, Effect, Exit, Layer, RuntimeFlags, RuntimeFlagsPatch, Scope, Stream, Supervisor } from "effect"
 import * as http from "node:http"
 import { AgentHost, AgentRuntime, SessionPersistence } from "../src/index.js"
 import * as HttpApi from "../src/HttpApi.js"
@@ -21,6 +21,27 @@ export const deltaModel = (deltas: number): Layer.Layer<Model> => {
   return Layer.succeed(Model, Model.of({ stream: () => Stream.fromIterable(chunks) }))
 }
 
+/**
+ * Counts the Effect operations of every fiber of the effects it supervises, forked ones and those
+ * of runtimes captured inside them (a server built under it: every request's fiber). Unlike time,
+ * the count does not move with the machine's load.
+ */
+export class OperationCounter extends Supervisor.AbstractSupervisor<number> {
+  count = 0
+  get value(): Effect.Effect<number> {
+    return Effect.sync(() => this.count)
+  }
+  override onEffect(): void {
+    this.count++
+  }
+  supervise<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> {
+    return effect.pipe(
+      Effect.supervised(this),
+      Effect.withRuntimeFlagsPatch(RuntimeFlagsPatch.enable(RuntimeFlags.OpSupervision))
+    )
+  }
+}
+
 /** A served API and what the bench drives in process. */
 export interface Served {
   readonly port: number
@@ -29,8 +50,15 @@ export interface Served {
   readonly close: () => Promise<void>
 }
 
-/** Serves the HTTP API on 127.0.0.1 (a port the system picks) over a memory runtime with `model`. */
-export const serve = async (model: Layer.Layer<Model>, maxLive: number): Promise<Served> => {
+/**
+ * Serves the HTTP API on 127.0.0.1 (a port the system picks) over a memory runtime with `model`;
+ * under `counter`, every fiber of the server counts its operations there.
+ */
+export const serve = async (
+  model: Layer.Layer<Model>,
+  maxLive: number,
+  counter?: OperationCounter | undefined
+): Promise<Served> => {
   const scope = Effect.runSync(Scope.make())
   let nodeServer: http.Server | undefined
   const runtime = AgentRuntime.layer.pipe(
@@ -44,13 +72,14 @@ export const serve = async (model: Layer.Layer<Model>, maxLive: number): Promise
       )
     ),
     Layer.provideMerge(
-      NodeHttpServer.layer(() => (nodeServer = http.createServer({ keepAliveTimeout: 1000 })), {
+      NodeHttpServer.layer(() => (nodeServer = http.createServer()), {
         port: 0,
         host: "127.0.0.1"
       })
     )
   )
-  const context = await Effect.runPromise(Layer.buildWithScope(layer, scope).pipe(Effect.orDie))
+  const build = Layer.buildWithScope(layer, scope).pipe(Effect.orDie)
+  const context = await Effect.runPromise(counter === undefined ? build : counter.supervise(build))
   const address = Context.get(context, HttpServer.HttpServer).address
   if (address._tag !== "TcpAddress") throw new Error("no TCP address")
   return {
