@@ -14,6 +14,7 @@ import { Effect, Exit, Layer, Scope } from "effect"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import { AgentRegistry, AgentRuntime, Message, SessionPersistence } from "../src/index.js"
+import * as harness from "./harness.js"
 import type { Row, Scenario } from "./harness.js"
 import { fmt, now, settle, stat } from "./harness.js"
 import { connect, deltaModel, OperationCounter, serve } from "./http.js"
@@ -185,6 +186,8 @@ export const scenario: Scenario = {
     try {
       await measureRound(ours, raw, bare, quick ? 50 : 100) // warm-up
       for (let r = 0; r < roundCount; r++) {
+        await settle()
+        harness.collect()
         const round = await measureRound(ours, raw, bare, iterations)
         rounds.push(round)
         const at = (samples: ReadonlyArray<number>, q: number) => fmt(percentile(samples, q))

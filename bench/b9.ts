@@ -242,6 +242,7 @@ export const scenario: Scenario = {
         notes: `a round (one turn per agent, ${frames} frames each, every delta and turn/end read by its client) ` +
           `${fmt(stat(oursMs).median)} ms, raw ${fmt(stat(rawMs).median)} ms; ${fmt(operations.watched)} Effect ` +
           `operations per delta (raw: ${fmt(operations.raw)})`,
+        peer: `end to end ${fmt(endToEnd.median)}× (the target is about the streaming path, next row)`,
         extra: { agents, rounds, operationsPerDelta: operations.watched, rawOperationsPerDelta: operations.raw }
       },
       {
