@@ -161,14 +161,14 @@ const wireParts = (
         new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: no model: set one in the options or the request` })
       )
     }
-    const events = providerHttp.postEvents(client, {
+    const lines = providerHttp.postEventStream(client, {
       provider: config.provider,
       url: config.url,
       headers: config.headers,
       secret: config.secret,
       body: body(options, model, maxTokens)
     })
-    return Stream.mapError(parts(config.provider, events, options.tools), providerHttp.redactError(config.secret))
+    return Stream.mapError(parts(config.provider, lines, options.tools), providerHttp.redactError(config.secret))
   })
 
 /** A `LanguageModel` over one wire protocol (model and `maxTokens` from `RequestSettings`); `generateText` collects the stream. */

@@ -6,7 +6,8 @@
  * @internal
  */
 import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
-import { Either, Option, Stream } from "effect"
+import { Option } from "effect"
+import type { Stream } from "effect"
 import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
 import type { SseEvent } from "./sse.js"
@@ -177,14 +178,10 @@ class MessagesReply {
 
   constructor(readonly provider: string, readonly tools: ReadonlyArray<Tool.Any>) {}
 
-  onEvent(event: SseEvent): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
-    const parsed = providerHttp.parseJson(event.data)
-    if (Option.isNone(parsed) || typeof wire.field(parsed.value, "type") !== "string") {
-      return Either.left(wire.malformed(this.provider, event.data))
-    }
-    const data = parsed.value
-    const out: Array<Response.StreamPartEncoded> = []
-    switch (wire.field(data, "type")) {
+  onEvent(event: SseEvent, out: Array<Response.StreamPartEncoded>): ModelError | undefined {
+    const data = providerHttp.parseJsonObject(event.data)
+    if (data === undefined || typeof data["type"] !== "string") return wire.malformed(this.provider, event.data)
+    switch (data["type"]) {
       case "message_start":
         this.usage(wire.field(wire.field(data, "message"), "usage"))
         break
@@ -210,10 +207,10 @@ class MessagesReply {
         const error = wire.field(data, "error")
         const message = String(wire.field(error, "message") ?? event.data)
         const code = providerHttp.streamErrorCode(String(wire.field(error, "type") ?? ""), message)
-        return Either.left(new ModelError({ code, reason: `${this.provider}: ${message}` }))
+        return new ModelError({ code, reason: `${this.provider}: ${message}` })
       }
     }
-    return Either.right(out)
+    return undefined
   }
 
   private usage(usage: unknown): void {
@@ -270,29 +267,30 @@ class MessagesReply {
     else if (block.kind === "tool") {
       // a call without arguments streams no JSON: its text is the (empty) input it started with
       const text = block.text === "" ? JSON.stringify(block.input ?? {}) : block.text
-      out.push(...wire.closeCall({ id: block.id, name: block.name, text }, this.tools))
+      for (const part of wire.closeCall({ id: block.id, name: block.name, text }, this.tools)) out.push(part)
     }
   }
 
-  end(): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
-    if (!this.stopped && this.stop === undefined) return Either.left(wire.truncated(this.provider))
-    return Either.right([{
+  end(out: Array<Response.StreamPartEncoded>): ModelError | undefined {
+    if (!this.stopped && this.stop === undefined) return wire.truncated(this.provider)
+    out.push({
       type: "finish",
       reason: finishReason(this.stop),
       usage: wire.usagePart({ input: this.input, output: this.output, cached: this.cached })
-    }])
+    })
+    return undefined
   }
 }
 
 /**
- * The `@effect/ai` stream parts of a Messages SSE stream; each tool call closes with its block,
+ * The `@effect/ai` stream parts of the lines of a Messages SSE body; each tool call closes with its block,
  * with its raw argument text (MOD-02).
  *
  * @internal
  */
 export const parts = (
   provider: string,
-  events: Stream.Stream<SseEvent, ModelError>,
+  lines: Stream.Stream<string, ModelError>,
   tools: ReadonlyArray<Tool.Any>
 ): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
-  wire.sseParts(events, () => new MessagesReply(provider, tools))
+  wire.sseParts(lines, () => new MessagesReply(provider, tools))

@@ -10,13 +10,27 @@ import type { Toolkit } from "@effect/ai"
 import { Prompt } from "@effect/ai"
 import type { AiError, LanguageModel, Response } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
-import { Chunk, Clock, Context, Duration, Effect, Schema, Stream } from "effect"
+import {
+  Cause,
+  Channel,
+  Chunk,
+  Clock,
+  Context,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Option,
+  Schema,
+  Scope,
+  Stream
+} from "effect"
 import { ModelError } from "../AgentError.js"
 import type { ModelChunk, ModelRequest, ToolSchema } from "../Model.js"
 import type { FinishReason } from "../SessionEvent.js"
 import { normalizeUsage } from "./modelOutput.js"
 import * as providerHttp from "./providerHttp.js"
-import { optionsKey } from "./wireParts.js"
+import { mapChunksOrFail, optionsKey } from "./wireParts.js"
 import type { WireOptions } from "./wireParts.js"
 
 /**
@@ -64,58 +78,55 @@ export const toolkitOf = (tools: ReadonlyArray<ToolSchema>): Toolkit.WithHandler
 /**
  * The prompt of a request: the system text, then the log's messages. A tool call carries the
  * log's raw argument text in its provider options (`"effect-agent".arguments`) beside the parsed
- * parameters; a tool result carries our content parts.
+ * parameters; a tool result carries our content parts. Built with `@effect/ai`'s constructors, not
+ * decoded through its schemas: the log's messages are valid by construction, and decoding the
+ * prompt cost more per request than the whole reply's parsing (B13).
  *
  * @internal
  */
-export const promptOf = (request: ModelRequest): Array<Prompt.MessageEncoded> => {
-  const out: Array<Prompt.MessageEncoded> = []
-  if (request.system !== undefined) out.push({ role: "system", content: request.system })
+export const promptOf = (request: ModelRequest): Prompt.Prompt => {
+  const out: Array<Prompt.Message> = []
+  if (request.system !== undefined) out.push(Prompt.makeMessage("system", { content: request.system }))
   for (const message of request.messages) {
     switch (message.role) {
       case "user":
-        out.push({
-          role: "user",
+        out.push(Prompt.makeMessage("user", {
           content: message.content.map((part) =>
             part.type === "text"
-              ? { type: "text", text: part.text }
-              : { type: "file", mediaType: part.mediaType, data: part.data }
+              ? Prompt.makePart("text", { text: part.text })
+              : Prompt.makePart("file", { mediaType: part.mediaType, data: part.data })
           )
-        })
+        }))
         break
       case "assistant":
-        out.push({
-          role: "assistant",
+        out.push(Prompt.makeMessage("assistant", {
           content: message.content.map((part) =>
             part.type === "tool-call"
-              ? {
-                type: "tool-call",
+              ? Prompt.makePart("tool-call", {
                 id: part.callId,
                 name: part.name,
                 params: parsedOrText(part.arguments),
                 providerExecuted: false,
                 options: { [optionsKey]: { arguments: part.arguments } }
-              }
-              : part
+              })
+              : Prompt.makePart(part.type, { text: part.text })
           )
-        })
+        }))
         break
       case "tool":
-        out.push({
-          role: "tool",
-          content: [{
-            type: "tool-result",
+        out.push(Prompt.makeMessage("tool", {
+          content: [Prompt.makePart("tool-result", {
             id: message.toolCallId,
             name: message.toolName,
             isFailure: message.isError,
             result: message.content,
             providerExecuted: false
-          }]
-        })
+          })]
+        }))
         break
     }
   }
-  return out
+  return Prompt.fromMessages(out)
 }
 
 const parsedOrText = (text: string): unknown => {
@@ -186,32 +197,40 @@ class Assembly {
   private readonly params = new Map<string, { name: string; text: string }>()
   private readonly emitted = new Set<string>()
 
-  onPart(part: Response.StreamPart<AnyTools> | Response.StreamPartEncoded): ReadonlyArray<ModelChunk> | ModelError {
+  /** Pushes the chunks of one part, or returns the failure it stands for. */
+  onPart(
+    part: Response.StreamPart<AnyTools> | Response.StreamPartEncoded,
+    out: Array<ModelChunk>
+  ): ModelError | undefined {
     switch (part.type) {
       case "text-delta":
-        return part.delta === "" ? [] : [{ _tag: "TextDelta", text: part.delta }]
+        if (part.delta !== "") out.push({ _tag: "TextDelta", text: part.delta })
+        return undefined
       case "reasoning-delta":
-        return part.delta === "" ? [] : [{ _tag: "ReasoningDelta", text: part.delta }]
+        if (part.delta !== "") out.push({ _tag: "ReasoningDelta", text: part.delta })
+        return undefined
       case "tool-params-start":
         this.params.set(part.id, { name: part.name, text: "" })
-        return []
+        return undefined
       case "tool-params-delta": {
         const call = this.params.get(part.id)
         if (call !== undefined) call.text += part.delta
-        return []
+        return undefined
       }
       case "tool-params-end": {
         const call = this.params.get(part.id)
-        if (call === undefined || this.emitted.has(part.id)) return []
+        if (call === undefined || this.emitted.has(part.id)) return undefined
         this.emitted.add(part.id)
-        return [{ _tag: "ToolCall", callId: part.id, name: call.name, arguments: call.text }]
+        out.push({ _tag: "ToolCall", callId: part.id, name: call.name, arguments: call.text })
+        return undefined
       }
       case "tool-call": {
-        if (this.emitted.has(part.id) || part.providerExecuted === true) return []
+        if (this.emitted.has(part.id) || part.providerExecuted === true) return undefined
         this.emitted.add(part.id)
         const raw = part.metadata?.[optionsKey]?.["arguments"]
         const text = typeof raw === "string" ? raw : this.params.get(part.id)?.text ?? JSON.stringify(part.params)
-        return [{ _tag: "ToolCall", callId: part.id, name: part.name, arguments: text }]
+        out.push({ _tag: "ToolCall", callId: part.id, name: part.name, arguments: text })
+        return undefined
       }
       case "finish": {
         const reason = finishOf(part.reason)
@@ -222,15 +241,30 @@ class Assembly {
           reasoningTokens: part.usage.reasoningTokens,
           cachedInputTokens: part.usage.cachedInputTokens
         })
-        return [{ _tag: "Finish", reason, ...(usage !== undefined ? { usage } : {}) }]
+        out.push({ _tag: "Finish", reason, ...(usage !== undefined ? { usage } : {}) })
+        return undefined
       }
       case "error":
         return new ModelError({ code: "PROVIDER", reason: `the provider reported an error: ${describe(part.error)}` })
       default:
-        return []
+        return undefined
     }
   }
+
+  /** Pushes the chunks of the parts of one stream chunk, or returns the failure one stands for. */
+  onParts(
+    parts: Iterable<Response.StreamPart<AnyTools> | Response.StreamPartEncoded>,
+    out: Array<ModelChunk>
+  ): ModelError | undefined {
+    for (const part of parts) {
+      const error = this.onPart(part, out)
+      if (error !== undefined) return error
+    }
+    return undefined
+  }
 }
+
+const nothingAtTheEnd = () => undefined
 
 const describe = (error: unknown): string => {
   if (typeof error === "string") return error
@@ -252,35 +286,184 @@ export interface Timeouts {
   readonly idleTimeout: Duration.Duration
 }
 
+/** What the reader read: a chunk, or undefined at the end. */
+type Read<A> = Exit.Exit<Chunk.Chunk<A> | undefined, ModelError>
+
+/** What a pull's failure means: the end of the stream, or its failure. */
+const endOrFailure = (cause: Cause.Cause<Option.Option<ModelError>>): Read<never> => {
+  const failure = Cause.flipCauseOption(cause)
+  return Option.isNone(failure) ? Exit.succeed(undefined) : Exit.failCause(failure.value)
+}
+
 /**
- * The stream with both timeouts; either fails `TIMEOUT` and interrupts the provider's stream (so
- * the HTTP request is aborted, MOD-05).
+ * One request's stream under both timeouts (MOD-04), read one chunk ahead by a reader fiber so
+ * that a timer can end a wait for the provider without racing every pull (B13):
+ * `Stream.timeoutFail` forks a fiber and a timer per pull and `Stream.interruptWhen` runs the
+ * stream in a merge, ≈160 Effect operations per chunk together, where this hand-over costs ≈30 —
+ * and a provider streams about one chunk per delta.
+ */
+class Watched<A> {
+  /** What the reader read and no taker has taken yet (an end or a failure stays). */
+  private ready: Read<A> | undefined = undefined
+  /** The consumer, waiting for the reader. */
+  private taker: ((read: Read<A>) => void) | undefined = undefined
+  /** The reader, waiting for the consumer to take `ready`. */
+  private reader: ((taken: Effect.Effect<void>) => void) | undefined = undefined
+  /** The reader's fiber, which a timeout interrupts (closing the provider's stream, MOD-05). */
+  readerFiber: Fiber.Fiber<void> | undefined = undefined
+  /** Since when the reader has been waiting for the provider; undefined while it waits for the consumer. */
+  private waitingSince: number | undefined = undefined
+  /** The timeout that ended the stream. */
+  private failure: Exit.Exit<never, ModelError> | undefined = undefined
+
+  constructor(private readonly clock: Clock.Clock, private readonly timeouts: Timeouts) {}
+
+  /** The reader fiber: pull, hand over, wait while the handed chunk is not taken; then the end. */
+  read<R>(pull: Effect.Effect<Chunk.Chunk<A>, Option.Option<ModelError>, R>): Effect.Effect<void, never, R> {
+    const next = (): Effect.Effect<void, never, R> => {
+      this.waitingSince = this.clock.unsafeCurrentTimeMillis()
+      return Effect.matchCauseEffect(pull, {
+        onFailure: (cause) => {
+          this.waitingSince = undefined
+          this.offer(endOrFailure(cause))
+          return Effect.void
+        },
+        onSuccess: (chunk) => {
+          this.waitingSince = undefined
+          this.offer(Exit.succeed(chunk))
+          return this.ready === undefined ? next() : Effect.flatMap(this.untaken, next)
+        }
+      })
+    }
+    return Effect.suspend(next)
+  }
+
+  /** Hands what the reader read to a waiting taker, else keeps it for the next take. */
+  private offer(read: Read<A>): void {
+    const taker = this.taker
+    if (taker === undefined) {
+      this.ready = read
+      return
+    }
+    this.taker = undefined
+    taker(read)
+  }
+
+  /** Waits until the consumer takes the chunk the reader holds. */
+  private readonly untaken: Effect.Effect<void> = Effect.async((resume) => {
+    if (this.ready === undefined) return resume(Effect.void)
+    this.reader = resume
+    return Effect.sync(() => {
+      this.reader = undefined
+    })
+  })
+
+  /** The consumer's pull: the timeout that fired, else the chunk read ahead, else the next one. */
+  private readonly take: Effect.Effect<Chunk.Chunk<A> | undefined, ModelError> = Effect.suspend(() => {
+    if (this.failure !== undefined) return this.failure
+    const ready = this.ready
+    if (ready === undefined) {
+      return Effect.async<Chunk.Chunk<A> | undefined, ModelError>((resume) => {
+        this.taker = resume
+        return Effect.sync(() => {
+          this.taker = undefined
+        })
+      })
+    }
+    if (Exit.isSuccess(ready) && ready.value !== undefined) {
+      this.ready = undefined
+      const reader = this.reader
+      if (reader !== undefined) {
+        this.reader = undefined
+        reader(Effect.void)
+      }
+    }
+    return ready
+  })
+
+  /** The consumer's side: a channel that writes what it takes until the end. */
+  readonly channel: Channel.Channel<Chunk.Chunk<A>, unknown, ModelError, unknown, void, unknown> = Channel.flatMap(
+    Channel.fromEffect(this.take),
+    (chunk) => chunk === undefined ? Channel.void : Channel.flatMap(Channel.write(chunk), () => this.channel)
+  )
+
+  /**
+   * Ends the stream with a timeout: a waiting taker fails now, a later take fails at once, and the
+   * reader is interrupted, which closes the provider's stream (its HTTP request is aborted, MOD-05)
+   * even while the consumer is busy.
+   */
+  private fail(error: ModelError): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      if (this.failure !== undefined) return Effect.void
+      const failure = Exit.fail(error)
+      this.failure = failure
+      const taker = this.taker
+      this.taker = undefined
+      taker?.(failure)
+      return this.readerFiber === undefined ? Effect.void : Fiber.interrupt(this.readerFiber)
+    })
+  }
+
+  /** Fails the stream when the whole request has taken `requestTimeout`. */
+  requestTimer(): Effect.Effect<void> {
+    return Effect.flatMap(Effect.sleep(this.timeouts.requestTimeout), () =>
+      this.fail(
+        new ModelError({
+          code: "TIMEOUT",
+          reason: `the request took longer than ${Duration.format(this.timeouts.requestTimeout)} (requestTimeout)`
+        })
+      ))
+  }
+
+  /**
+   * Fails the stream when one wait for the provider has taken `idleTimeout`: sleeps until the
+   * current wait would expire, then looks again (no timer per chunk).
+   */
+  idleTimer(): Effect.Effect<void> {
+    const idle = Duration.toMillis(this.timeouts.idleTimeout)
+    const since = this.waitingSince
+    const left = since === undefined ? idle : since + idle - this.clock.unsafeCurrentTimeMillis()
+    if (left > 0) return Effect.flatMap(Effect.sleep(Duration.millis(left)), () => this.idleTimer())
+    return this.fail(
+      new ModelError({
+        code: "TIMEOUT",
+        reason: `no chunk arrived for ${Duration.format(this.timeouts.idleTimeout)} (idleTimeout)`
+      })
+    )
+  }
+}
+
+/**
+ * The stream with both timeouts (MOD-04): `requestTimeout` from the start of the request, and
+ * `idleTimeout` for each wait for the provider's next chunk (the first included: it covers the
+ * wait for the response). Either fails `TIMEOUT` at once. The reader and the two timers are
+ * forked into a scope of their own, started uninterruptibly and closed when the consumer's stream
+ * ends, fails or is interrupted; closing it interrupts the reader, whose scope aborts the HTTP
+ * request (MOD-05). (`Stream.unwrapScoped` would cost ≈200 Effect operations per request more.)
  *
  * @internal
  */
 export const withTimeouts = <A, R>(
   stream: Stream.Stream<A, ModelError, R>,
   timeouts: Timeouts
-): Stream.Stream<A, ModelError, R> =>
-  stream.pipe(
-    Stream.timeoutFail(
-      () =>
-        new ModelError({
-          code: "TIMEOUT",
-          reason: `no chunk arrived for ${Duration.format(timeouts.idleTimeout)} (idleTimeout)`
-        }),
-      timeouts.idleTimeout
-    ),
-    Stream.interruptWhen(
-      Effect.flatMap(Effect.sleep(timeouts.requestTimeout), () =>
-        Effect.fail(
-          new ModelError({
-            code: "TIMEOUT",
-            reason: `the request took longer than ${Duration.format(timeouts.requestTimeout)} (requestTimeout)`
-          })
-        ))
-    )
+): Stream.Stream<A, ModelError, R> => {
+  const start = Effect.flatMap(Scope.make(), (scope) =>
+    Effect.clockWith((clock) => {
+      const watched = new Watched<A>(clock, timeouts)
+      const fork = <X>(effect: Effect.Effect<void, never, X>) => Effect.forkIn(Effect.interruptible(effect), scope)
+      const reader = Effect.scoped(Effect.flatMap(Stream.toPull(stream), (pull) => watched.read(pull)))
+      return Effect.flatMap(fork(reader), (readerFiber) => {
+        watched.readerFiber = readerFiber
+        return Effect.as(Effect.zip(fork(watched.requestTimer()), fork(Effect.suspend(() => watched.idleTimer()))), {
+          scope,
+          watched
+        })
+      })
+    }))
+  return Stream.fromChannel(
+    Channel.acquireUseRelease(start, ({ watched }) => watched.channel, ({ scope }, exit) => Scope.close(scope, exit))
   )
+}
 
 /**
  * Our `Model` stream over a `LanguageModel` (MOD-01): `streamText` with the request's prompt and
@@ -301,21 +484,12 @@ export const streamOf = (
       toolkit: toolkitOf(request.tools),
       disableToolCallResolution: true
     })
-    const chunks = parts.pipe(
-      Stream.catchAll((error) =>
-        Stream.fromEffect(Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(modelErrorOf(error, now))))
-      ),
-      Stream.mapChunksEffect((chunk) => {
-        const out: Array<ModelChunk> = []
-        for (const part of chunk) {
-          const next = assembly.onPart(part)
-          if (next instanceof ModelError) return Effect.fail(next)
-          out.push(...next)
-        }
-        return Effect.succeed(Chunk.unsafeFromArray(out))
-      }),
-      Stream.provideService(RequestSettings, { model: request.model, maxTokens: request.maxTokens })
-    )
+    const chunks = mapChunksOrFail(
+      Stream.catchAll(parts, (error) =>
+        Stream.fromEffect(Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(modelErrorOf(error, now))))),
+      (chunk, out: Array<ModelChunk>) => assembly.onParts(chunk, out),
+      nothingAtTheEnd
+    ).pipe(Stream.provideService(RequestSettings, { model: request.model, maxTokens: request.maxTokens }))
     return withTimeouts(chunks, timeouts)
   })
 
@@ -338,20 +512,14 @@ export const directStreamOf = (
     const assembly = new Assembly()
     const toolkit = toolkitOf(request.tools)
     const options: WireOptions = {
-      prompt: Prompt.make(promptOf(request)),
+      prompt: promptOf(request),
       tools: Object.values(toolkit.tools),
       toolChoice: "auto"
     }
-    const chunks = parts(options, request.model, request.maxTokens).pipe(
-      Stream.mapChunksEffect((chunk) => {
-        const out: Array<ModelChunk> = []
-        for (const part of chunk) {
-          const next = assembly.onPart(part)
-          if (next instanceof ModelError) return Effect.fail(next)
-          for (const item of next) out.push(item)
-        }
-        return Effect.succeed(Chunk.unsafeFromArray(out))
-      })
+    const chunks = mapChunksOrFail(
+      parts(options, request.model, request.maxTokens),
+      (chunk, out: Array<ModelChunk>) => assembly.onParts(chunk, out),
+      nothingAtTheEnd
     )
     return withTimeouts(chunks, timeouts)
   })

@@ -6,7 +6,7 @@
  * @internal
  */
 import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
-import { Either, Option, Stream } from "effect"
+import type { Stream } from "effect"
 import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
 import type { SseEvent } from "./sse.js"
@@ -157,32 +157,27 @@ class ChatReply {
 
   constructor(readonly provider: string, readonly tools: ReadonlyArray<Tool.Any>) {}
 
-  /** The parts of one SSE event, or the failure it reports. */
-  onEvent(event: SseEvent): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
+  /** Pushes the parts of one SSE event, or returns the failure it reports. */
+  onEvent(event: SseEvent, out: Array<Response.StreamPartEncoded>): ModelError | undefined {
     if (event.data === "[DONE]") {
       this.finished = true
-      return Either.right([])
+      return undefined
     }
-    const parsed = providerHttp.parseJson(event.data)
-    if (Option.isNone(parsed) || typeof parsed.value !== "object" || parsed.value === null) {
-      return Either.left(wire.malformed(this.provider, event.data))
-    }
-    const chunk = parsed.value
-    const error = wire.field(chunk, "error")
+    const chunk = providerHttp.parseJsonObject(event.data)
+    if (chunk === undefined) return wire.malformed(this.provider, event.data)
+    const error = chunk["error"]
     if (error !== undefined) {
       const message = String(wire.field(error, "message") ?? JSON.stringify(error))
       const kind = String(wire.field(error, "code") ?? wire.field(error, "type") ?? "")
-      return Either.left(
-        new ModelError({ code: providerHttp.streamErrorCode(kind, message), reason: `${this.provider}: ${message}` })
-      )
+      const code = providerHttp.streamErrorCode(kind, message)
+      return new ModelError({ code, reason: `${this.provider}: ${message}` })
     }
-    const usage = wire.field(chunk, "usage")
+    const usage = chunk["usage"]
     if (usage !== undefined && usage !== null) this.usage = usage
-    const out: Array<Response.StreamPartEncoded> = []
-    const choices = wire.field(chunk, "choices")
+    const choices = chunk["choices"]
     const choice = Array.isArray(choices) ? choices[0] : undefined
     if (choice !== undefined) this.onChoice(choice, out)
-    return Either.right(out)
+    return undefined
   }
 
   private onChoice(choice: unknown, out: Array<Response.StreamPartEncoded>): void {
@@ -222,16 +217,17 @@ class ChatReply {
     if (typeof args === "string") call.text += args
   }
 
-  /** The closing parts, or `NETWORK` when the reply never said it was complete. */
-  end(): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
-    if (!this.finished && this.finish === undefined) return Either.left(wire.truncated(this.provider))
-    const out: Array<Response.StreamPartEncoded> = []
+  /** Pushes the closing parts, or returns `NETWORK` when the reply never said it was complete. */
+  end(out: Array<Response.StreamPartEncoded>): ModelError | undefined {
+    if (!this.finished && this.finish === undefined) return wire.truncated(this.provider)
     if (this.reasoning) out.push({ type: "reasoning-end", id: "reasoning-0" })
     if (this.text) out.push({ type: "text-end", id: "text-0" })
     const indexes = [...this.calls.keys()].sort((a, b) => a - b)
     for (const index of indexes) {
       const call = this.calls.get(index)!
-      out.push(...wire.closeCall({ ...call, id: call.id === "" ? `call_${index}` : call.id }, this.tools))
+      for (const part of wire.closeCall({ ...call, id: call.id === "" ? `call_${index}` : call.id }, this.tools)) {
+        out.push(part)
+      }
     }
     const usage = this.usage
     out.push({
@@ -245,19 +241,19 @@ class ChatReply {
           wire.count(wire.field(usage, "prompt_cache_hit_tokens"))
       })
     })
-    return Either.right(out)
+    return undefined
   }
 }
 
 /**
- * The `@effect/ai` stream parts of a Chat Completions SSE stream. Tool calls close at the end of
+ * The `@effect/ai` stream parts of the lines of a Chat Completions SSE body. Tool calls close at the end of
  * the reply, in `index` order, with their raw argument text (MOD-02).
  *
  * @internal
  */
 export const parts = (
   provider: string,
-  events: Stream.Stream<SseEvent, ModelError>,
+  lines: Stream.Stream<string, ModelError>,
   tools: ReadonlyArray<Tool.Any>
 ): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
-  wire.sseParts(events, () => new ChatReply(provider, tools))
+  wire.sseParts(lines, () => new ChatReply(provider, tools))

@@ -7,7 +7,7 @@
  */
 import type { HttpClient } from "@effect/platform"
 import { HttpClientRequest } from "@effect/platform"
-import { Duration, Effect, Option, Redacted, Stream } from "effect"
+import { Duration, Effect, Redacted, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
 import * as sse from "./sse.js"
 
@@ -138,17 +138,17 @@ export interface PostOptions {
 }
 
 /**
- * POSTs `body` as JSON and streams the SSE events of a 2xx answer. Any other status fails with
+ * POSTs `body` as JSON and streams the lines of a 2xx answer's event stream. Any other status fails with
  * its `ModelError`; a transport failure (refused, reset, dropped mid-stream) fails `NETWORK`.
  * Interrupting the stream aborts the request (MOD-05): the platform client aborts the fetch
  * when the body stream ends early.
  *
  * @internal
  */
-export const postEvents = (
+export const postEventStream = (
   client: HttpClient.HttpClient,
   options: PostOptions
-): Stream.Stream<sse.SseEvent, ModelError> => {
+): Stream.Stream<string, ModelError> => {
   const request = HttpClientRequest.post(options.url).pipe(
     HttpClientRequest.setHeaders(options.headers),
     HttpClientRequest.bodyUnsafeJson(options.body)
@@ -158,7 +158,7 @@ export const postEvents = (
   return Stream.unwrap(Effect.gen(function*() {
     const response = yield* Effect.mapError(client.execute(request), network("the request failed"))
     if (response.status >= 200 && response.status < 300) {
-      return Stream.mapError(sse.events(response.stream), network("the connection dropped mid-stream"))
+      return Stream.mapError(sse.lines(response.stream), network("the connection dropped mid-stream"))
     }
     const body = yield* response.text.pipe(
       Effect.map((text) => text.slice(0, MAX_ERROR_BODY)),
@@ -170,14 +170,18 @@ export const postEvents = (
 }
 
 /**
- * A JSON value of an SSE data line, or None when it is not JSON.
+ * The JSON object of an SSE data line, or undefined when it is not a JSON object.
  *
  * @internal
  */
-export const parseJson = (text: string): Option.Option<unknown> => {
+export const parseJsonObject = (text: string): Record<string, unknown> | undefined => {
+  let parsed: unknown
   try {
-    return Option.some(JSON.parse(text))
+    parsed = JSON.parse(text)
   } catch {
-    return Option.none()
+    return undefined
   }
+  return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)
+    ? parsed as Record<string, unknown>
+    : undefined
 }

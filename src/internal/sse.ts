@@ -4,7 +4,7 @@
  *
  * @internal
  */
-import { Chunk, Stream } from "effect"
+import { Stream } from "effect"
 
 /**
  * One dispatched event: its `event` field (`"message"` when absent) and its data lines joined by
@@ -17,61 +17,53 @@ export interface SseEvent {
   readonly data: string
 }
 
-/** The fields of the event being read, between blank lines. */
-class Pending {
-  event = ""
-  data: Array<string> = []
-  hasData = false
+/**
+ * The event-stream parser: fed one line at a time (without its line ending), it returns the event
+ * a blank line dispatches. Comments (`:`) and unknown fields are ignored; an event without data
+ * lines dispatches nothing, as the format says.
+ *
+ * @internal
+ */
+export class Parser {
+  private event = ""
+  /** The data lines so far, joined by `\n` (undefined: none yet). */
+  private data: string | undefined = undefined
 
-  /** Applies one non-empty line; comments (`:`) and unknown fields are ignored. */
-  field(line: string): void {
-    if (line.startsWith(":")) return
+  /** Applies one line; a blank line dispatches the event read since the last one. */
+  line(line: string): SseEvent | undefined {
+    if (line === "") return this.dispatch()
+    if (line.charCodeAt(0) === 58) return undefined // ":" starts a comment
     const colon = line.indexOf(":")
-    const name = colon === -1 ? line : line.slice(0, colon)
-    let value = colon === -1 ? "" : line.slice(colon + 1)
-    if (value.startsWith(" ")) value = value.slice(1)
-    if (name === "data") {
-      this.data.push(value)
-      this.hasData = true
-    } else if (name === "event") {
-      this.event = value
+    if (colon === -1) {
+      this.field(line, "")
+      return undefined
     }
+    // one space after the colon is not part of the value
+    const start = line.charCodeAt(colon + 1) === 32 ? colon + 2 : colon + 1
+    this.field(line.slice(0, colon), line.slice(start))
+    return undefined
   }
 
-  /** The event a blank line dispatches, or undefined when it had no data (per the format). */
-  dispatch(): SseEvent | undefined {
-    const out = this.hasData ? { event: this.event === "" ? "message" : this.event, data: this.data.join("\n") } : undefined
+  private field(name: string, value: string): void {
+    if (name === "data") this.data = this.data === undefined ? value : this.data + "\n" + value
+    else if (name === "event") this.event = value
+  }
+
+  private dispatch(): SseEvent | undefined {
+    const data = this.data
+    const event = this.event
+    this.data = undefined
     this.event = ""
-    this.data = []
-    this.hasData = false
-    return out
+    return data === undefined ? undefined : { event: event === "" ? "message" : event, data }
   }
 }
 
 /**
- * The events of a text/event-stream body. Lines end with `\n`, `\r\n` or `\r`; an event is
- * dispatched at a blank line; a last event not followed by a blank line is dropped, as the
+ * The lines of a text/event-stream body, decoded as UTF-8, for a {@link Parser}. Lines end with
+ * `\n`, `\r\n` or `\r`. A last event not followed by a blank line is never dispatched, as the
  * format says (a connection cut mid-event delivers nothing of it).
  *
  * @internal
  */
-export const events = <E, R>(body: Stream.Stream<Uint8Array, E, R>): Stream.Stream<SseEvent, E, R> =>
-  Stream.suspend(() => {
-    const pending = new Pending()
-    return body.pipe(
-      Stream.decodeText(),
-      Stream.splitLines,
-      Stream.mapChunks((lines) => {
-        const out: Array<SseEvent> = []
-        for (const line of lines) {
-          if (line === "") {
-            const event = pending.dispatch()
-            if (event !== undefined) out.push(event)
-          } else {
-            pending.field(line)
-          }
-        }
-        return Chunk.unsafeFromArray(out)
-      })
-    )
-  })
+export const lines = <E, R>(body: Stream.Stream<Uint8Array, E, R>): Stream.Stream<string, E, R> =>
+  body.pipe(Stream.decodeText(), Stream.splitLines)
