@@ -9,10 +9,11 @@
  *   the server's share of a request is identical on both sides;
  * - both sides consume their stream the same way, a chunk at a time with a plain loop
  *   (`Stream.runForEachChunk`), so neither pays for a per-element consumer the other does not;
- * - a round is one request of each side, in alternating order (ours first on even rounds), each
+ * - a round is one sample of each side, in alternating order (ours first on even rounds), each
  *   after a full GC (`--expose-gc`, which `bench/run.ts` provides) so that neither collects the
- *   other's garbage; the figure is the process's CPU time (user + system) of the request, which a
- *   busy neighbour does not inflate the way it does wall time (wall time is kept in the notes);
+ *   other's garbage; a sample is a few requests in a row (5 of the bulk reply, 1 of the paced one),
+ *   and its figure is the process's CPU time (user + system) per request, which a busy neighbour
+ *   does not inflate the way it does wall time (wall time is kept in the notes);
  * - the ratio is the median of the per-round ratios over many rounds, with the interquartile range
  *   beside the half-range spread.
  *
@@ -40,7 +41,8 @@ const events: ReadonlyArray<Buffer> = (() => {
   const pieces = [chunk({ role: "assistant", content: "" })]
   for (let i = 0; i < DELTAS; i++) pieces.push(chunk({ content: `tok${i % 10} ` }))
   pieces.push(chunk({}, "stop"))
-  pieces.push(`data: ${JSON.stringify({ id: "b13", choices: [], usage: { prompt_tokens: 10, completion_tokens: DELTAS } })}\n\n`)
+  const usage = { prompt_tokens: 10, completion_tokens: DELTAS }
+  pieces.push(`data: ${JSON.stringify({ id: "b13", choices: [], usage })}\n\n`)
   pieces.push("data: [DONE]\n\n")
   return pieces.map((piece) => Buffer.from(piece))
 })()
@@ -83,22 +85,26 @@ const request: Model.ModelRequest = {
   tools: []
 }
 
-/** What one request of a side cost: CPU time and wall time (ms), and the stream chunks it read. */
+/** What one request of a side cost in a sample: CPU time and wall time (ms), and the stream chunks it read. */
 interface Sample {
   readonly cpu: number
   readonly wall: number
   readonly chunks: number
 }
 
-const timed = <E, R>(effect: (count: () => void) => Effect.Effect<void, E, R>): Effect.Effect<Sample, E, R> =>
+/** `requests` requests of a side in a row, as one sample: the figures per request. */
+const timed = <E, R>(
+  effect: (count: () => void) => Effect.Effect<void, E, R>,
+  requests: number
+): Effect.Effect<Sample, E, R> =>
   Effect.suspend(() => {
     let chunks = 0
     const cpu0 = process.cpuUsage()
     const wall0 = now()
-    return Effect.map(effect(() => chunks++), () => {
+    return Effect.map(Effect.replicateEffect(effect(() => chunks++), requests, { discard: true }), () => {
       const wall = now() - wall0
       const cpu = process.cpuUsage(cpu0)
-      return { cpu: (cpu.user + cpu.system) / 1000, wall, chunks }
+      return { cpu: (cpu.user + cpu.system) / 1000 / requests, wall: wall / requests, chunks: chunks / requests }
     })
   })
 
@@ -157,10 +163,16 @@ const iqr = (s: Stat) => {
   return `IQR ${fmt(q1)}–${fmt(q3)}`
 }
 
+/** How a mode is measured: rounds, each one sample of `requests` requests per side. */
+interface Plan {
+  readonly rounds: number
+  readonly requests: number
+}
+
 const measureMode = async (
   mode: Mode,
   baseUrl: string,
-  rounds: number,
+  { requests, rounds }: Plan,
   log: (line: string) => void
 ): Promise<Row> => {
   const runtime = ManagedRuntime.make(
@@ -170,20 +182,22 @@ const measureMode = async (
   )
   try {
     const sides = {
-      ours: Effect.orDie(timed(ours)),
-      raw: Effect.orDie(timed(raw(`${baseUrl}/${mode}/v1/chat/completions`)))
+      ours: Effect.orDie(timed(ours, requests)),
+      raw: Effect.orDie(timed(raw(`${baseUrl}/${mode}/v1/chat/completions`), requests))
     }
     const run = async (side: keyof typeof sides) => {
       collect()
       await settle()
       return runtime.runPromise(sides[side])
     }
-    for (let i = 0; i < 10; i++) {
+    for (let i = 0; i < 3; i++) {
       await run("ours")
       await run("raw")
     }
-    const [, oursOps] = await runtime.runPromise(countOperations(sides.ours))
-    const [, rawOps] = await runtime.runPromise(countOperations(sides.raw))
+    const [, oursOps] = await runtime.runPromise(countOperations(Effect.orDie(timed(ours, 1))))
+    const [, rawOps] = await runtime.runPromise(
+      countOperations(Effect.orDie(timed(raw(`${baseUrl}/${mode}/v1/chat/completions`), 1)))
+    )
     const oursSamples: Array<Sample> = []
     const rawSamples: Array<Sample> = []
     for (let r = 0; r < rounds; r++) {
@@ -197,7 +211,8 @@ const measureMode = async (
       const o = oursSamples[r]!
       const w = rawSamples[r]!
       log(
-        `B13 ${mode} round ${r}: ours ${fmt(o.cpu)} ms CPU (${fmt(o.wall)} ms wall, ${o.chunks} chunks), ` +
+        `B13 ${mode} round ${r} (per request): ` +
+          `ours ${fmt(o.cpu)} ms CPU (${fmt(o.wall)} ms wall, ${o.chunks} chunks), ` +
           `raw ${fmt(w.cpu)} ms CPU (${fmt(w.wall)} ms wall, ${w.chunks} chunks)`
       )
     }
@@ -211,7 +226,8 @@ const measureMode = async (
     return {
       id: "B13",
       scenario: `one streamed reply of ${fmt(DELTAS)} deltas, Chat Completions on loopback, ` +
-        (mode === "bulk" ? "the reply in one write" : "one write per SSE event") + `, FetchHttpClient, ${rounds} rounds`,
+        (mode === "bulk" ? "the reply in one write" : "one write per SSE event") +
+        `, FetchHttpClient, ${rounds} rounds of ${requests} request${requests > 1 ? "s" : ""} per side`,
       ours: oursCpu,
       unit: "µs CPU/delta",
       raw: { label: "HttpClient SSE read + JSON.parse", value: rawCpu },
@@ -246,8 +262,8 @@ export const scenario: Scenario = {
     const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
     try {
       return [
-        await measureMode("bulk", baseUrl, quick ? 7 : 41, log),
-        await measureMode("paced", baseUrl, quick ? 3 : 15, log)
+        await measureMode("bulk", baseUrl, quick ? { rounds: 7, requests: 2 } : { rounds: 31, requests: 5 }, log),
+        await measureMode("paced", baseUrl, quick ? { rounds: 3, requests: 1 } : { rounds: 15, requests: 1 }, log)
       ]
     } finally {
       await new Promise<void>((resolve) => server.close(() => resolve()))

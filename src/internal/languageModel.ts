@@ -10,28 +10,17 @@ import type { Toolkit } from "@effect/ai"
 import { Prompt } from "@effect/ai"
 import type { AiError, LanguageModel, Response } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
-import {
-  Cause,
-  Channel,
-  Chunk,
-  Clock,
-  Context,
-  Duration,
-  Effect,
-  Exit,
-  Fiber,
-  Option,
-  Schema,
-  Scope,
-  Stream
-} from "effect"
+import { Clock, Context, Effect, Schema, Stream } from "effect"
+import type { Scope } from "effect"
 import { ModelError } from "../AgentError.js"
 import type { ModelChunk, ModelRequest, ToolSchema } from "../Model.js"
 import type { FinishReason } from "../SessionEvent.js"
 import { normalizeUsage } from "./modelOutput.js"
 import * as providerHttp from "./providerHttp.js"
+import type { Timeouts } from "./modelTimeouts.js"
+import { withAbortingTimeouts, withTimeouts } from "./modelTimeouts.js"
 import { mapChunksOrFail, optionsKey } from "./wireParts.js"
-import type { WireOptions } from "./wireParts.js"
+import type { ClosedCall, ReplySink, WireOptions } from "./wireParts.js"
 
 /**
  * The per-request settings the adapter hands to the wire models (MOD-01): the request's model
@@ -266,6 +255,43 @@ class Assembly {
 
 const nothingAtTheEnd = () => undefined
 
+/**
+ * The chunks of one of our wire replies (B13): what {@link Assembly} makes of the parts the same
+ * reply gives a `PartsSink` (tool calls with their raw text, the finish with the usage the log can
+ * carry), without the parts.
+ *
+ * @internal
+ */
+export class ChunkSink implements ReplySink<ModelChunk> {
+  out: Array<ModelChunk> = []
+
+  textStart(): void {}
+  textDelta(_id: string, delta: string): void {
+    if (delta !== "") this.out.push({ _tag: "TextDelta", text: delta })
+  }
+  textEnd(): void {}
+  reasoningStart(): void {}
+  reasoningDelta(_id: string, delta: string): void {
+    if (delta !== "") this.out.push({ _tag: "ReasoningDelta", text: delta })
+  }
+  reasoningEnd(): void {}
+  toolCall(call: ClosedCall): void {
+    this.out.push({ _tag: "ToolCall", callId: call.id, name: call.name, arguments: call.text })
+  }
+  finish(reason: Response.FinishReason, usage: Response.FinishPartEncoded["usage"]): ModelError | undefined {
+    const finish = finishOf(reason)
+    if (finish instanceof ModelError) return finish
+    const normalized = normalizeUsage({
+      inputTokens: usage.inputTokens,
+      outputTokens: usage.outputTokens,
+      reasoningTokens: usage.reasoningTokens,
+      cachedInputTokens: usage.cachedInputTokens
+    })
+    this.out.push({ _tag: "Finish", reason: finish, ...(normalized !== undefined ? { usage: normalized } : {}) })
+    return undefined
+  }
+}
+
 const describe = (error: unknown): string => {
   if (typeof error === "string") return error
   if (error instanceof Error) return error.message
@@ -274,195 +300,6 @@ const describe = (error: unknown): string => {
   } catch {
     return String(error)
   }
-}
-
-/**
- * The timeouts of one request (MOD-04): the whole request, and the wait for each next chunk.
- *
- * @internal
- */
-export interface Timeouts {
-  readonly requestTimeout: Duration.Duration
-  readonly idleTimeout: Duration.Duration
-}
-
-/** What the reader read: a chunk, or undefined at the end. */
-type Read<A> = Exit.Exit<Chunk.Chunk<A> | undefined, ModelError>
-
-/** What a pull's failure means: the end of the stream, or its failure. */
-const endOrFailure = (cause: Cause.Cause<Option.Option<ModelError>>): Read<never> => {
-  const failure = Cause.flipCauseOption(cause)
-  return Option.isNone(failure) ? Exit.succeed(undefined) : Exit.failCause(failure.value)
-}
-
-/**
- * One request's stream under both timeouts (MOD-04), read one chunk ahead by a reader fiber so
- * that a timer can end a wait for the provider without racing every pull (B13):
- * `Stream.timeoutFail` forks a fiber and a timer per pull and `Stream.interruptWhen` runs the
- * stream in a merge, ≈160 Effect operations per chunk together, where this hand-over costs ≈30 —
- * and a provider streams about one chunk per delta.
- */
-class Watched<A> {
-  /** What the reader read and no taker has taken yet (an end or a failure stays). */
-  private ready: Read<A> | undefined = undefined
-  /** The consumer, waiting for the reader. */
-  private taker: ((read: Read<A>) => void) | undefined = undefined
-  /** The reader, waiting for the consumer to take `ready`. */
-  private reader: ((taken: Effect.Effect<void>) => void) | undefined = undefined
-  /** The reader's fiber, which a timeout interrupts (closing the provider's stream, MOD-05). */
-  readerFiber: Fiber.Fiber<void> | undefined = undefined
-  /** Since when the reader has been waiting for the provider; undefined while it waits for the consumer. */
-  private waitingSince: number | undefined = undefined
-  /** The timeout that ended the stream. */
-  private failure: Exit.Exit<never, ModelError> | undefined = undefined
-
-  constructor(private readonly clock: Clock.Clock, private readonly timeouts: Timeouts) {}
-
-  /** The reader fiber: pull, hand over, wait while the handed chunk is not taken; then the end. */
-  read<R>(pull: Effect.Effect<Chunk.Chunk<A>, Option.Option<ModelError>, R>): Effect.Effect<void, never, R> {
-    const next = (): Effect.Effect<void, never, R> => {
-      this.waitingSince = this.clock.unsafeCurrentTimeMillis()
-      return Effect.matchCauseEffect(pull, {
-        onFailure: (cause) => {
-          this.waitingSince = undefined
-          this.offer(endOrFailure(cause))
-          return Effect.void
-        },
-        onSuccess: (chunk) => {
-          this.waitingSince = undefined
-          this.offer(Exit.succeed(chunk))
-          return this.ready === undefined ? next() : Effect.flatMap(this.untaken, next)
-        }
-      })
-    }
-    return Effect.suspend(next)
-  }
-
-  /** Hands what the reader read to a waiting taker, else keeps it for the next take. */
-  private offer(read: Read<A>): void {
-    const taker = this.taker
-    if (taker === undefined) {
-      this.ready = read
-      return
-    }
-    this.taker = undefined
-    taker(read)
-  }
-
-  /** Waits until the consumer takes the chunk the reader holds. */
-  private readonly untaken: Effect.Effect<void> = Effect.async((resume) => {
-    if (this.ready === undefined) return resume(Effect.void)
-    this.reader = resume
-    return Effect.sync(() => {
-      this.reader = undefined
-    })
-  })
-
-  /** The consumer's pull: the timeout that fired, else the chunk read ahead, else the next one. */
-  private readonly take: Effect.Effect<Chunk.Chunk<A> | undefined, ModelError> = Effect.suspend(() => {
-    if (this.failure !== undefined) return this.failure
-    const ready = this.ready
-    if (ready === undefined) {
-      return Effect.async<Chunk.Chunk<A> | undefined, ModelError>((resume) => {
-        this.taker = resume
-        return Effect.sync(() => {
-          this.taker = undefined
-        })
-      })
-    }
-    if (Exit.isSuccess(ready) && ready.value !== undefined) {
-      this.ready = undefined
-      const reader = this.reader
-      if (reader !== undefined) {
-        this.reader = undefined
-        reader(Effect.void)
-      }
-    }
-    return ready
-  })
-
-  /** The consumer's side: a channel that writes what it takes until the end. */
-  readonly channel: Channel.Channel<Chunk.Chunk<A>, unknown, ModelError, unknown, void, unknown> = Channel.flatMap(
-    Channel.fromEffect(this.take),
-    (chunk) => chunk === undefined ? Channel.void : Channel.flatMap(Channel.write(chunk), () => this.channel)
-  )
-
-  /**
-   * Ends the stream with a timeout: a waiting taker fails now, a later take fails at once, and the
-   * reader is interrupted, which closes the provider's stream (its HTTP request is aborted, MOD-05)
-   * even while the consumer is busy.
-   */
-  private fail(error: ModelError): Effect.Effect<void> {
-    return Effect.suspend(() => {
-      if (this.failure !== undefined) return Effect.void
-      const failure = Exit.fail(error)
-      this.failure = failure
-      const taker = this.taker
-      this.taker = undefined
-      taker?.(failure)
-      return this.readerFiber === undefined ? Effect.void : Fiber.interrupt(this.readerFiber)
-    })
-  }
-
-  /** Fails the stream when the whole request has taken `requestTimeout`. */
-  requestTimer(): Effect.Effect<void> {
-    return Effect.flatMap(Effect.sleep(this.timeouts.requestTimeout), () =>
-      this.fail(
-        new ModelError({
-          code: "TIMEOUT",
-          reason: `the request took longer than ${Duration.format(this.timeouts.requestTimeout)} (requestTimeout)`
-        })
-      ))
-  }
-
-  /**
-   * Fails the stream when one wait for the provider has taken `idleTimeout`: sleeps until the
-   * current wait would expire, then looks again (no timer per chunk).
-   */
-  idleTimer(): Effect.Effect<void> {
-    const idle = Duration.toMillis(this.timeouts.idleTimeout)
-    const since = this.waitingSince
-    const left = since === undefined ? idle : since + idle - this.clock.unsafeCurrentTimeMillis()
-    if (left > 0) return Effect.flatMap(Effect.sleep(Duration.millis(left)), () => this.idleTimer())
-    return this.fail(
-      new ModelError({
-        code: "TIMEOUT",
-        reason: `no chunk arrived for ${Duration.format(this.timeouts.idleTimeout)} (idleTimeout)`
-      })
-    )
-  }
-}
-
-/**
- * The stream with both timeouts (MOD-04): `requestTimeout` from the start of the request, and
- * `idleTimeout` for each wait for the provider's next chunk (the first included: it covers the
- * wait for the response). Either fails `TIMEOUT` at once. The reader and the two timers are
- * forked into a scope of their own, started uninterruptibly and closed when the consumer's stream
- * ends, fails or is interrupted; closing it interrupts the reader, whose scope aborts the HTTP
- * request (MOD-05). (`Stream.unwrapScoped` would cost ≈200 Effect operations per request more.)
- *
- * @internal
- */
-export const withTimeouts = <A, R>(
-  stream: Stream.Stream<A, ModelError, R>,
-  timeouts: Timeouts
-): Stream.Stream<A, ModelError, R> => {
-  const start = Effect.flatMap(Scope.make(), (scope) =>
-    Effect.clockWith((clock) => {
-      const watched = new Watched<A>(clock, timeouts)
-      const fork = <X>(effect: Effect.Effect<void, never, X>) => Effect.forkIn(Effect.interruptible(effect), scope)
-      const reader = Effect.scoped(Effect.flatMap(Stream.toPull(stream), (pull) => watched.read(pull)))
-      return Effect.flatMap(fork(reader), (readerFiber) => {
-        watched.readerFiber = readerFiber
-        return Effect.as(Effect.zip(fork(watched.requestTimer()), fork(Effect.suspend(() => watched.idleTimer()))), {
-          scope,
-          watched
-        })
-      })
-    }))
-  return Stream.fromChannel(
-    Channel.acquireUseRelease(start, ({ watched }) => watched.channel, ({ scope }, exit) => Scope.close(scope, exit))
-  )
 }
 
 /**
@@ -494,32 +331,27 @@ export const streamOf = (
   })
 
 /**
- * The wire models' parts as chunks without `LanguageModel`'s decoding of every part (B13): the
- * same parts, prompt and toolkit as {@link streamOf}, for our own Chat Completions and Messages
- * models, whose parts are built valid.
+ * Our wire models' chunks (B13): the same prompt and toolkit as {@link streamOf}, the chunks built
+ * straight from the reply by a {@link ChunkSink}, without `LanguageModel`'s decoding of every part.
  *
  * @internal
  */
 export const directStreamOf = (
-  parts: (options: WireOptions, model: string, maxTokens: number | undefined) => Stream.Stream<
-    Response.StreamPartEncoded,
-    ModelError
-  >,
+  chunks: (
+    options: WireOptions,
+    model: string,
+    maxTokens: number | undefined,
+    abortOn: Scope.Scope
+  ) => Stream.Stream<ModelChunk, ModelError>,
   request: ModelRequest,
   timeouts: Timeouts
 ): Stream.Stream<ModelChunk, ModelError> =>
   Stream.suspend(() => {
-    const assembly = new Assembly()
     const toolkit = toolkitOf(request.tools)
     const options: WireOptions = {
       prompt: promptOf(request),
       tools: Object.values(toolkit.tools),
       toolChoice: "auto"
     }
-    const chunks = mapChunksOrFail(
-      parts(options, request.model, request.maxTokens),
-      (chunk, out: Array<ModelChunk>) => assembly.onParts(chunk, out),
-      nothingAtTheEnd
-    )
-    return withTimeouts(chunks, timeouts)
+    return withAbortingTimeouts((abortOn) => chunks(options, request.model, request.maxTokens, abortOn), timeouts)
   })

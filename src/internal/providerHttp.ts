@@ -5,9 +5,8 @@
  *
  * @internal
  */
-import type { HttpClient } from "@effect/platform"
-import { HttpClientRequest } from "@effect/platform"
-import { Duration, Effect, Redacted, Stream } from "effect"
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import { Duration, Effect, Redacted, Scope, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
 import * as sse from "./sse.js"
 
@@ -138,16 +137,19 @@ export interface PostOptions {
 }
 
 /**
- * POSTs `body` as JSON and streams the lines of a 2xx answer's event stream. Any other status fails with
+ * POSTs `body` as JSON and streams the decoded text of a 2xx answer's event stream. Any other status fails with
  * its `ModelError`; a transport failure (refused, reset, dropped mid-stream) fails `NETWORK`.
  * Interrupting the stream aborts the request (MOD-05): the platform client aborts the fetch
- * when the body stream ends early.
+ * when the body stream ends early. With `abortOn`, the request is tied to that scope instead
+ * (`HttpClient.withScope`): closing it aborts the request, and a read waiting for the body fails
+ * at once.
  *
  * @internal
  */
 export const postEventStream = (
   client: HttpClient.HttpClient,
-  options: PostOptions
+  options: PostOptions,
+  abortOn?: Scope.Scope | undefined
 ): Stream.Stream<string, ModelError> => {
   const request = HttpClientRequest.post(options.url).pipe(
     HttpClientRequest.setHeaders(options.headers),
@@ -156,9 +158,12 @@ export const postEventStream = (
   const network = (what: string) => (error: { readonly message: string }) =>
     new ModelError({ code: "NETWORK", reason: `${options.provider}: ${what}: ${redact(error.message, options.secret)}` })
   return Stream.unwrap(Effect.gen(function*() {
-    const response = yield* Effect.mapError(client.execute(request), network("the request failed"))
+    const execute = abortOn === undefined
+      ? client.execute(request)
+      : Effect.provideService(HttpClient.withScope(client).execute(request), Scope.Scope, abortOn)
+    const response = yield* Effect.mapError(execute, network("the request failed"))
     if (response.status >= 200 && response.status < 300) {
-      return Stream.mapError(sse.lines(response.stream), network("the connection dropped mid-stream"))
+      return Stream.mapError(sse.text(response.stream), network("the connection dropped mid-stream"))
     }
     const body = yield* response.text.pipe(
       Effect.map((text) => text.slice(0, MAX_ERROR_BODY)),

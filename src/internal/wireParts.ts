@@ -10,7 +10,6 @@ import { Tool as AiTool } from "@effect/ai"
 import { Channel, Chunk, Option, Schema, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
 import * as sse from "./sse.js"
-import type { SseEvent } from "./sse.js"
 
 /**
  * What the wire models read of `LanguageModel.ProviderOptions`.
@@ -142,14 +141,19 @@ export const count = (value: unknown): number | undefined =>
   typeof value === "number" && Number.isInteger(value) && value >= 0 ? value : undefined
 
 /**
+ * A JSON object's fields (undefined for anything else).
+ *
+ * @internal
+ */
+export const asObject = (value: unknown): Record<string, unknown> | undefined =>
+  typeof value === "object" && value !== null && !Array.isArray(value) ? value as Record<string, unknown> : undefined
+
+/**
  * A field of a JSON object (undefined for anything else).
  *
  * @internal
  */
-export const field = (value: unknown, name: string): unknown =>
-  typeof value === "object" && value !== null && !Array.isArray(value)
-    ? (value as Record<string, unknown>)[name]
-    : undefined
+export const field = (value: unknown, name: string): unknown => asObject(value)?.[name]
 
 /**
  * The failure of a stream that ended before the provider said the reply was complete: the
@@ -203,15 +207,85 @@ export const collectParts = (parts: ReadonlyArray<Response.StreamPartEncoded>): 
 }
 
 /**
- * The state of one streamed reply of a wire protocol: it pushes the parts each SSE event yields,
- * then the parts its end yields, onto `out`, or returns the failure (a provider error or a
+ * A tool call as a wire reply closes it: its id, name and the model's raw argument text.
+ *
+ * @internal
+ */
+export interface ClosedCall {
+  readonly id: string
+  readonly name: string
+  readonly text: string
+}
+
+/**
+ * What a wire reply says, in the order the provider says it, written into `out` (the output of the
+ * stream chunk being read): both the `@effect/ai` parts of our `LanguageModel`s and the adapter's
+ * chunks are built from it (B13: building chunks straight from the reply saves a part object and
+ * its assembly per delta).
+ *
+ * @internal
+ */
+export interface ReplySink<B> {
+  out: Array<B>
+  textStart(id: string): void
+  textDelta(id: string, delta: string): void
+  textEnd(id: string): void
+  reasoningStart(id: string): void
+  reasoningDelta(id: string, delta: string): void
+  reasoningEnd(id: string): void
+  /** A tool call, closed with the model's raw argument text (MOD-02). */
+  toolCall(call: ClosedCall): void
+  /** The end of the reply; a reason that stands for a failure (a content filter) fails the stream. */
+  finish(reason: Response.FinishReason, usage: Response.FinishPartEncoded["usage"]): ModelError | undefined
+}
+
+/**
+ * The `@effect/ai` stream parts of a reply, tool calls closed by {@link closeCall}.
+ *
+ * @internal
+ */
+export class PartsSink implements ReplySink<Response.StreamPartEncoded> {
+  out: Array<Response.StreamPartEncoded> = []
+
+  constructor(private readonly tools: ReadonlyArray<Tool.Any>) {}
+
+  textStart(id: string): void {
+    this.out.push({ type: "text-start", id })
+  }
+  textDelta(id: string, delta: string): void {
+    this.out.push({ type: "text-delta", id, delta })
+  }
+  textEnd(id: string): void {
+    this.out.push({ type: "text-end", id })
+  }
+  reasoningStart(id: string): void {
+    this.out.push({ type: "reasoning-start", id })
+  }
+  reasoningDelta(id: string, delta: string): void {
+    this.out.push({ type: "reasoning-delta", id, delta })
+  }
+  reasoningEnd(id: string): void {
+    this.out.push({ type: "reasoning-end", id })
+  }
+  toolCall(call: ClosedCall): void {
+    for (const part of closeCall(call, this.tools)) this.out.push(part)
+  }
+  finish(reason: Response.FinishReason, usage: Response.FinishPartEncoded["usage"]): undefined {
+    this.out.push({ type: "finish", reason, usage })
+    return undefined
+  }
+}
+
+/**
+ * The state of one streamed reply of a wire protocol: it tells the sink what the data of each SSE
+ * event says, then what the reply's end says, or returns the failure (a provider error or a
  * malformed event fails the stream).
  *
  * @internal
  */
 export interface SseReply {
-  onEvent(event: SseEvent, out: Array<Response.StreamPartEncoded>): ModelError | undefined
-  end(out: Array<Response.StreamPartEncoded>): ModelError | undefined
+  onEvent<B>(data: string, sink: ReplySink<B>): ModelError | undefined
+  end<B>(sink: ReplySink<B>): ModelError | undefined
 }
 
 /**
@@ -245,26 +319,34 @@ export const mapChunksOrFail = <A, B, E, E2, R>(
 }
 
 /**
- * The `@effect/ai` stream parts of the lines of an SSE body, read by a fresh parser and
- * `SseReply` per run of the stream, in one stage.
+ * What an SSE body says, as the sink builds it from the body's decoded text: a fresh parser,
+ * `SseReply` and sink per run of the stream, in one stage.
  *
  * @internal
  */
-export const sseParts = (
-  lines: Stream.Stream<string, ModelError>,
-  makeReply: () => SseReply
-): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
+export const sseStream = <B>(
+  text: Stream.Stream<string, ModelError>,
+  makeReply: () => SseReply,
+  makeSink: () => ReplySink<B>
+): Stream.Stream<B, ModelError> =>
   Stream.suspend(() => {
     const parser = new sse.Parser()
     const reply = makeReply()
-    return mapChunksOrFail(lines, (chunk, out: Array<Response.StreamPartEncoded>) => {
-      for (const line of chunk) {
-        const event = parser.line(line)
-        if (event !== undefined) {
-          const error = reply.onEvent(event, out)
+    const sink = makeSink()
+    const events: Array<string> = []
+    return mapChunksOrFail(text, (chunk, out: Array<B>) => {
+      sink.out = out
+      for (const piece of chunk) {
+        events.length = 0
+        parser.feed(piece, events)
+        for (const data of events) {
+          const error = reply.onEvent(data, sink)
           if (error !== undefined) return error
         }
       }
       return undefined
-    }, (out) => reply.end(out))
+    }, (out) => {
+      sink.out = out
+      return reply.end(sink)
+    })
   })
