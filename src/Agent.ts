@@ -5,11 +5,12 @@
  *
  * @since 0.1.0
  */
-import type { Context, Scope, Stream } from "effect"
+import type { Context, Option, Scope, Stream } from "effect"
 import { Effect, Layer } from "effect"
 import { AgentRegistry } from "./AgentRegistry.js"
 import type * as AgentError from "./AgentError.js"
 import type { AgentEvent, AgentStatus } from "./AgentEvent.js"
+import type * as Compaction from "./Compaction.js"
 import type { Inbox } from "./Inbox.js"
 import type { SessionId, UserMessage } from "./Message.js"
 import type { Session } from "./Session.js"
@@ -35,6 +36,21 @@ export interface AgentOptions {
   readonly maxStepsPerTurn?: number | undefined
   /** Cap on `requestError` retries; default 3. */
   readonly maxRequestRetries?: number | undefined
+  /**
+   * The model's context window in tokens (a positive integer). When set, a step whose estimated
+   * prompt exceeds `compaction.threshold` of it compacts the older turns first (CMP-01); unset, the
+   * agent never compacts on its own.
+   *
+   * @since 0.2.0
+   */
+  readonly contextWindow?: number | undefined
+  /**
+   * How the agent compacts (CMP-01): automatically when `contextWindow` is set, and on
+   * `agent.compact()`. Defaults as documented on `Compaction.Policy`.
+   *
+   * @since 0.2.0
+   */
+  readonly compaction?: Compaction.Policy | undefined
 }
 
 /**
@@ -199,6 +215,29 @@ export interface Agent {
     A,
     E | AgentError.AgentBusy | AgentError.AgentCanceled | AgentError.AgentInactive | AgentError.AgentBroken,
     R
+  >
+  /**
+   * Compacts now, between turns (CMP-01): claims the agent like `runMaintenance` (`AgentBusy` when
+   * it is not idle; `cancel` interrupts it: `AgentCanceled`), asks the model for a summary of the
+   * closed turns before the last `keepLastTurns` (the policy's, unless given), appends one
+   * `session/compacted` event and publishes `Compacted`. `None` when there is nothing new to
+   * compact (too few closed turns since the last compaction). Fails with the summarizer's
+   * `ModelError` (`NO_ROUTE` when the agent has no provider/model yet), or the append's error;
+   * nothing is written then. Invalid `options` fail `InvalidAgentOptions` before anything is claimed.
+   *
+   * @since 0.2.0
+   */
+  readonly compact: (
+    options?: Compaction.CompactOptions | undefined
+  ) => Effect.Effect<
+    Option.Option<Compaction.Compacted>,
+    | AgentError.InvalidAgentOptions
+    | AgentError.ModelError
+    | SessionAppendError
+    | AgentError.AgentBusy
+    | AgentError.AgentCanceled
+    | AgentError.AgentInactive
+    | AgentError.AgentBroken
   >
   /**
    * Creates an owned child, disposed with this agent (OWN-03). With `resume: true` (PKG-03) a child

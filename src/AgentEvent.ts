@@ -2,12 +2,17 @@
  * The live events of agents (SPEC §6): published by each agent on one PubSub in causal order and
  * mirrored to `AgentRegistry.events`. Live only: the durable record is the session log.
  *
+ * EVS-02: an event that mirrors a durable event is published after that event is durable and
+ * carries its `seq` (`TurnStarted` its `turn/start`, `ToolCallFinished` its `tool/result`, …), so a
+ * client that also reads the log (`session.eventsFrom`) can tell which live events the log already
+ * covers. `ModelDelta`, `ModelRetry` and the status events mirror nothing durable.
+ *
  * @since 0.1.0
  */
 import type { Duration } from "effect"
 import { Data } from "effect"
 import type { MessageId, SessionId, UserMessage } from "./Message.js"
-import type { InboxTarget, TurnEndReason } from "./SessionEvent.js"
+import type { FinishReason, InboxTarget, TurnEndReason, Usage } from "./SessionEvent.js"
 
 /**
  * `"idle"` or `"running"` (maintenance counts as idle).
@@ -24,6 +29,27 @@ interface Base {
   readonly initiator?: SessionId | undefined
 }
 
+interface Mirrored {
+  /**
+   * EVS-02: the `seq` of the durable event this one mirrors, published once that event is durable.
+   * Set on every event an agent of this library publishes; absent only on events published by
+   * other code through an `AgentPublisher`. (@since 0.2.0)
+   */
+  readonly seq?: number | undefined
+}
+
+/**
+ * A tool call as {@link AgentEvent} `AssistantMessage` lists it: the raw argument text, as logged.
+ *
+ * @since 0.2.0
+ * @category models
+ */
+export interface AssistantToolCall {
+  readonly callId: string
+  readonly name: string
+  readonly arguments: string
+}
+
 /**
  * @since 0.1.0
  * @category models
@@ -32,26 +58,65 @@ export type AgentEvent = Data.TaggedEnum<{
   AgentCreated: Base
   AgentSessionStart: Base & { readonly source: "startup" | "resume" }
   AgentStatusChanged: Base & { readonly status: AgentStatus }
-  InboxInserted: Base & { readonly target: InboxTarget; readonly messages: ReadonlyArray<UserMessage> }
-  InboxDiscarded: Base & {
+  /** Messages inserted into the inbox; `seq`: their `agent/inbox/spliced` event. */
+  InboxInserted: Base & Mirrored & { readonly target: InboxTarget; readonly messages: ReadonlyArray<UserMessage> }
+  /** Pending messages removed without entering a turn; `seq`: their `agent/inbox/spliced` event. */
+  InboxDiscarded: Base & Mirrored & {
     readonly target: InboxTarget
     readonly ids: ReadonlyArray<MessageId>
     readonly outcome: "canceled" | "rejected"
   }
-  InboxClaimed: Base & { readonly turn: number; readonly messages: ReadonlyArray<UserMessage> }
-  TurnStarted: Base & { readonly turn: number }
+  /** Messages that entered a step; `seq`: the `step/start` of that step (their `user/message`s follow it). */
+  InboxClaimed: Base & Mirrored & { readonly turn: number; readonly messages: ReadonlyArray<UserMessage> }
+  /** `seq`: the turn's `turn/start`. */
+  TurnStarted: Base & Mirrored & { readonly turn: number }
   ModelDelta: Base & {
     readonly turn: number
     readonly step: number
     readonly kind: "text" | "reasoning"
     readonly text: string
   }
-  ToolCallStarted: Base & { readonly turn: number; readonly step: number; readonly callId: string; readonly name: string }
+  /**
+   * The step's `assistant/message` is durable (EVS-02): `seq` is its seq; `text` its text parts
+   * joined, `toolCalls` the calls it asked for (none when it stopped at `max-tokens`), `usage` what
+   * the provider reported, if anything. `interrupted`: a cancel cut the stream off, and this is what
+   * it delivered (CAN-05). (@since 0.2.0)
+   */
+  AssistantMessage: Base & {
+    readonly turn: number
+    readonly step: number
+    readonly seq: number
+    readonly text: string
+    readonly toolCalls: ReadonlyArray<AssistantToolCall>
+    readonly usage?: Usage | undefined
+    readonly finish?: FinishReason | undefined
+    readonly interrupted?: boolean | undefined
+  }
+  /**
+   * A tool call's `tool/call` is durable and its body starts. `arguments`: the raw argument text
+   * the model sent, `seq`: the `tool/call`'s seq (both @since 0.2.0, EVS-02).
+   */
+  ToolCallStarted: Base & {
+    readonly turn: number
+    readonly step: number
+    readonly callId: string
+    readonly name: string
+    readonly arguments: string
+    readonly seq: number
+  }
+  /**
+   * A started call's `tool/result` is durable (EVS-02: so these come in the log's order, which is
+   * the model's, TOOL-01). `summary`: the result's text parts joined, its first 2,000 characters;
+   * `seq`: the `tool/result`'s seq (both @since 0.2.0). Every `ToolCallStarted` is followed by one
+   * `ToolCallFinished`, also when a cancel ended the call (`isError`, the `ABORTED` result).
+   */
   ToolCallFinished: Base & {
     readonly turn: number
     readonly step: number
     readonly callId: string
     readonly isError: boolean
+    readonly summary: string
+    readonly seq: number
   }
   /**
    * A failed model request of this step is retried after `delay` (MOD-04; `attempt` counts from 1
@@ -65,7 +130,19 @@ export type AgentEvent = Data.TaggedEnum<{
     readonly code: string
     readonly delay: Duration.Duration
   }
-  TurnEnded: Base & { readonly turn: number; readonly reason: TurnEndReason }
+  /**
+   * A `session/compacted` event was appended (CMP-01, EVS-02): `seq` is its seq; `turn` and `step`
+   * name the step it ran in, absent for `agent.compact` between turns. (@since 0.2.0)
+   */
+  Compacted: Base & Mirrored & {
+    readonly upTo: number
+    readonly summary: string
+    readonly usage: Usage
+    readonly turn?: number | undefined
+    readonly step?: number | undefined
+  }
+  /** `seq`: the turn's `turn/end`. */
+  TurnEnded: Base & Mirrored & { readonly turn: number; readonly reason: TurnEndReason }
   AgentError: Base & {
     readonly turn?: number | undefined
     readonly step?: number | undefined

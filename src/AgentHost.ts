@@ -9,15 +9,16 @@
  *
  * @since 0.2.0
  */
-import type { Scope } from "effect"
+import type { Scope, Stream } from "effect"
 import { Context, Duration, Layer, Schema } from "effect"
 import type { Effect } from "effect"
 import type { Agent, AgentOptions, AgentSetup } from "./Agent.js"
 import type * as AgentError from "./AgentError.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
 import * as internal from "./internal/host.js"
-import type { SessionId } from "./Message.js"
+import type { InvalidSessionId, SessionId } from "./Message.js"
 import type { JsonRecord, SessionEvent } from "./SessionEvent.js"
+import type * as SessionError from "./SessionError.js"
 import type { Session } from "./Session.js"
 
 /**
@@ -69,6 +70,58 @@ export class HostSetupFailed extends Schema.TaggedError<HostSetupFailed>("effect
       "fix the setup — the session is intact and the next get retries"
   }
 }
+
+/**
+ * The session was removed while a client read its events with `host.eventsFrom` (EVS-01): the log
+ * it was reading no longer exists (another one may have been created under the same id since).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class SessionRemoved extends Schema.TaggedError<SessionRemoved>("effect-agent/SessionRemoved")(
+  "SessionRemoved",
+  { id: Schema.String, seq: Schema.Number }
+) {
+  override get message(): string {
+    return `session ${JSON.stringify(this.id)} was removed while its events were read (the reader was at seq ` +
+      `${this.seq}): the events read belong to a log that no longer exists; if the session was created again, ` +
+      "read it from seq 0"
+  }
+}
+
+/**
+ * What `host.eventsFrom` can fail with (EVS-01). Before it emits anything: a bad id
+ * (`InvalidSessionId`), a closed host (`HostClosed`), a session neither live nor stored
+ * (`SessionNotFound`), a cursor outside `0..length` (`InvalidEventCursor`). At any time: the stored
+ * log could not be read (`SessionCorrupt`, `SessionFormatUnsupported`, `PersistenceError`), or the
+ * session was removed while the client read it (`SessionRemoved`). A client that reconnects with
+ * the seq after the last event it saw loses nothing.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type EventsFromError =
+  | InvalidSessionId
+  | HostClosed
+  | SessionRemoved
+  | SessionError.SessionNotFound
+  | SessionError.InvalidEventCursor
+  | SessionError.SessionCorrupt
+  | SessionError.SessionFormatUnsupported
+  | SessionError.PersistenceError
+
+/**
+ * What `host.remove` can fail with. `SessionLocked`: another process holds the session.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type RemoveError =
+  | InvalidSessionId
+  | HostClosed
+  | SessionError.SessionLocked
+  | SessionError.SessionCorrupt
+  | SessionError.PersistenceError
 
 /**
  * What `host.get` can fail with.
@@ -152,10 +205,45 @@ export class AgentHost extends Context.Tag("effect-agent/AgentHost")<AgentHost, 
   /**
    * The live agent, else the stored session resumed, else (with `create`) a new agent — one
    * activation per id for any number of concurrent callers, who all get the same agent. Agents are
-   * owned by the host; what `get` returns is the bare agent (no dispose). Its `events`, `subscribe`
-   * and `statusChanges` count as live subscribers, which keep the agent from passivating (HOST-02).
+   * owned by the host; what `get` returns is the bare agent (no dispose). A subscriber of its
+   * `events`, `subscribe` or `statusChanges` keeps it from passivating (HOST-02), however it got the
+   * agent (`get`, `use`, `registry.get`). Between `get` and a later send the host may passivate an
+   * idle agent (the send then fails `AgentInactive`): send through `use` instead.
    */
   readonly get: (id: SessionId | string, create?: CreateOptions | undefined) => Effect.Effect<Agent, GetError>
+  /**
+   * Gets (or activates, as `get`) the agent and holds it live while `f` runs: a hold counts like a
+   * subscriber, so neither the idle timer nor `maxLive` passivates the agent meanwhile, and a send
+   * made in `f` never fails `AgentInactive` because the host passivated the agent between the get
+   * and the send (HOST-02). Only `passivate(id)`, `remove(id)` and the host's close still dispose it.
+   *
+   * @since 0.2.0
+   */
+  readonly use: <A, E, R>(
+    id: SessionId | string,
+    f: (agent: Agent) => Effect.Effect<A, E, R>,
+    create?: CreateOptions | undefined
+  ) => Effect.Effect<A, E | GetError, R>
+  /**
+   * The durable event stream of a session from a cursor (EVS-01): its stored events from `seq` (the
+   * seq after the last event a client saw; 0 for all), then each event as it commits, whether the
+   * agent is live or not: across passivations and activations, no gap, no duplicate, in order.
+   * It neither activates the agent nor keeps it live (HOST-02): while the agent is passivated it
+   * waits for the next activation. A slow client never blocks the agent or other clients (what its
+   * bounded buffer drops is re-read from the log). It ends when the host closes; when the session
+   * is removed while a client reads it, it fails `SessionRemoved`.
+   *
+   * @since 0.2.0
+   */
+  readonly eventsFrom: (id: SessionId | string, seq: number) => Stream.Stream<SessionEvent, EventsFromError>
+  /**
+   * Passivates the agent when it is live (whatever it is doing, as `passivate`) and deletes its
+   * stored session; no activation of the id starts meanwhile. Clients of `eventsFrom` for it fail
+   * `SessionRemoved`. Removing an id that is not stored is not an error.
+   *
+   * @since 0.2.0
+   */
+  readonly remove: (id: SessionId | string) => Effect.Effect<void, RemoveError>
   /** Passivates a live agent now, whatever it is doing (inbox kept, LIFE-06); false when it was not live. */
   readonly passivate: (id: SessionId | string) => Effect.Effect<boolean>
   /** The ids of the live agents, least recently used first. */

@@ -73,6 +73,13 @@ export class AgentRegistry extends Context.Tag("effect-agent/AgentRegistry")<Age
   readonly list: Effect.Effect<ReadonlyArray<Agent>>
   /** Entries whose parent is unset or no longer live (REG-07). */
   readonly roots: Effect.Effect<ReadonlyArray<Agent>>
+  /**
+   * Every live agent in registration order with the id of its owner: the recorded parent while both
+   * are live (REG-07), none for a root. One snapshot, as `roots` and `isOwnedBy` judge it.
+   *
+   * @since 0.2.0
+   */
+  readonly owners: Effect.Effect<ReadonlyArray<{ readonly agent: Agent; readonly owner: Option.Option<SessionId> }>>
   /** True only while both exact entries are live and `parent` is the recorded parent (REG-07). */
   readonly isOwnedBy: (id: SessionId | string, parent: Agent) => Effect.Effect<boolean>
   /** Creates an agent owned by the caller's Scope, through the factory slot. */

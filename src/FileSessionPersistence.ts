@@ -172,6 +172,534 @@ const fence = (
   return undefined
 }
 
+/** The layer's state record: its directory on the file system, its lock context and its limits. */
+interface FileLayer {
+  readonly fs: FileSystem.FileSystem
+  readonly path: Path.Path
+  readonly directory: string
+  readonly durability: Durability
+  readonly maxEventBytes: number
+  readonly maxSessionBytes: number
+  readonly chunkBytes: number
+  readonly lockContext: fileLock.LockContext
+  readonly makeDirectory: Effect.Effect<void, SessionError.PersistenceError>
+  /**
+   * A new directory entry is durable only once the directory itself is synced; not every platform
+   * can open a directory, and the data is synced either way, so this is best effort.
+   */
+  readonly syncDirectory: Effect.Effect<void>
+}
+
+/** PERS-01, DUR-06: who this process is in lock files, and how it judges another holder. */
+const lockContextOf = (
+  options: Either.Either.Right<ReturnType<typeof internalOptions.decodeFileOptions>>,
+  fs: FileSystem.FileSystem,
+  path: Path.Path,
+  directory: string,
+  durability: Durability
+): fileLock.LockContext => {
+  const startTimeOf = options.processStartTime ?? processStartTime
+  const startTime = startTimeOf(process.pid)
+  const pidNamespace = fileLock.procPidNamespace()
+  return {
+    fs,
+    path,
+    directory,
+    self: {
+      host: os.hostname(),
+      pid: process.pid,
+      ...(startTime === undefined ? {} : { startTime }),
+      ...(pidNamespace === undefined ? {} : { pidNamespace }),
+      instanceId: options.instanceId ?? globalThis.crypto.randomUUID()
+    },
+    isProcessAlive: options.isProcessAlive ?? isProcessAlive,
+    processStartTime: startTimeOf,
+    inNamespace: fileLock.procInNamespace,
+    isDurable: durability === "fsync"
+  }
+}
+
+const dataPath = (s: FileLayer, id: string) => s.path.join(s.directory, `${id}.jsonl`)
+
+/** PERS-01: the lock of `id`, released with the current Scope. */
+const lockSession = (s: FileLayer, id: SessionId) =>
+  Effect.acquireRelease(
+    fileLock.acquire(s.lockContext, id),
+    (owner) => fileLock.release(s.lockContext, id, owner)
+  )
+
+/**
+ * DUR-07: whether the directory lists `<id>.jsonl` under exactly that name. Asked only when the header
+ * does not name the id, so a case-insensitive file system cannot pass off another session's file as
+ * this one.
+ */
+const isListedExactly = (s: FileLayer, id: SessionId) =>
+  s.fs.readDirectory(s.directory).pipe(
+    Effect.map((names) => names.includes(`${id}.jsonl`)),
+    Effect.catchIf(fileLock.isNotFound, () => Effect.succeed(false)),
+    Effect.mapError(fileLock.persistenceError(`listing ${s.directory}`))
+  )
+
+/** Opens the data file of `id`; a missing file is `SessionNotFound`. */
+const openData = (s: FileLayer, id: SessionId, flag: "r" | "r+") => {
+  const file = dataPath(s, id)
+  return s.fs.open(file, { flag }).pipe(
+    Effect.catchIf(fileLock.isNotFound, () => new SessionError.SessionNotFound({ id })),
+    Effect.mapError((error) =>
+      error._tag === "SessionNotFound" ? error : fileLock.persistenceError(`opening ${file}`)(error)
+    )
+  )
+}
+
+/**
+ * Reads the log of `id` from `handle` by streaming (DUR-05). A refused record fails it — unless the
+ * file is not this id's by name (DUR-07), then the id is simply not stored.
+ */
+const readLogFrom = (s: FileLayer, id: SessionId, handle: FileSystem.File) =>
+  Effect.gen(function*() {
+    const file = dataPath(s, id)
+    const log = yield* jsonl.readLog(id, handle, s.chunkBytes).pipe(
+      Effect.mapError(fileLock.persistenceError(`reading ${file}`))
+    )
+    if (Either.isRight(log)) return log.right
+    if (!(yield* isListedExactly(s, id))) return yield* new SessionError.SessionNotFound({ id })
+    return yield* log.left
+  })
+
+/** Who `<id>.jsonl` belongs to (DUR-07): its header, and when that does not name `id`, its name. */
+const identify = (s: FileLayer, id: SessionId): Effect.Effect<Identity, SessionError.PersistenceError> =>
+  Effect.scoped(Effect.gen(function*() {
+    const file = dataPath(s, id)
+    const handle = yield* openData(s, id, "r")
+    const first = yield* jsonl.readFirstLine(handle, Math.min(HEADER_CHUNK_BYTES, s.chunkBytes)).pipe(
+      Effect.mapError(fileLock.persistenceError(`reading ${file}`))
+    )
+    const named = first === undefined ? undefined : jsonl.namedSession(first)
+    if (named === id || (yield* isListedExactly(s, id))) return { _tag: "Stored", named } as const
+    return absent
+  })).pipe(
+    Effect.catchTag("SessionNotFound", () => Effect.succeed(absent))
+  )
+
+/**
+ * The writer of one session, its state record. An append that finds no write in flight marks one
+ * (`isWriting`, checked and set in one synchronous step) and writes and syncs in the calling fiber;
+ * appends made while it does join `pending` and go out together as its next write, with one sync
+ * (SES-02 group commit, PERS-04). The Session's writer fiber already batches everything queued behind
+ * its write into one `append`, so on that path `pending` stays empty and an append costs no hand-off
+ * between fibers and no lock.
+ */
+interface FileWriter extends WriterState {
+  readonly layer: FileLayer
+  readonly id: SessionId
+  readonly file: FileSystem.File
+  readonly owner: fileLock.LockOwner
+  readonly pathOfData: string
+  /**
+   * Held by discard and by the finalizer, so they do not race each other; each of them sets `isClosed`
+   * (no write starts after that) and then waits for the write in flight.
+   */
+  readonly permit: Effect.Semaphore
+  pending: Array<PendingAppend>
+  /** Resumed when the write in flight (and what it drained) is done. */
+  idle: Array<() => void>
+}
+
+/** Why `events` cannot be written at `nextSeq`, if they cannot (SES-02b, PERS-02). */
+const refusal = (
+  w: FileWriter,
+  events: Arr.NonEmptyReadonlyArray<SessionEvent>,
+  nextSeq: number
+): WriteError | undefined =>
+  w.failed ?? (w.isClosed ? conflict(w.id, events[0].seq, w.nextSeq) : fence(w.id, events, nextSeq))
+
+/**
+ * Whether a batch, placed at `nextSeq` in a file of `size` bytes, may be written: PERS-02, then DUR-05
+ * (an event that could not be encoded or is too big, then the session's limit).
+ */
+const admit = (
+  w: FileWriter,
+  events: Arr.NonEmptyReadonlyArray<SessionEvent>,
+  records: Either.Either<ReadonlyArray<string>, SessionError.InvalidEventData>,
+  nextSeq: number,
+  size: number
+): Either.Either<Admitted, WriteError> => {
+  const refused = refusal(w, events, nextSeq)
+  if (refused !== undefined) return Either.left(refused)
+  if (Either.isLeft(records)) return Either.left(records.left)
+  const bytes = recordSize.recordsBytes(records.right)
+  const full = recordSize.overLimit(w.id, size, bytes, w.layer.maxSessionBytes)
+  return full !== undefined ? Either.left(full) : Either.right({ records: records.right, bytes })
+}
+
+/** SES-02b: undo the partial write so the file ends at the last acknowledged record. */
+const undo = (w: FileWriter, cause: PlatformError): Effect.Effect<never, SessionError.PersistenceError> =>
+  w.file.truncate(w.offset).pipe(
+    Effect.zipRight(w.file.seek(w.offset, "start")),
+    Effect.catchAll((undone) => {
+      w.failed = new SessionError.PersistenceError({
+        reason: `the writer of session ${JSON.stringify(w.id)} failed: a write failed (${cause.message}) ` +
+          `and ${w.pathOfData} could not be truncated back to its last acknowledged record ` +
+          `(${undone.message}); reopen the session to append again`,
+        cause: undone
+      })
+      return Effect.logError(w.failed.reason)
+    }),
+    Effect.zipRight(Effect.fail(fileLock.persistenceError(`appending to ${w.pathOfData}`)(cause)))
+  )
+
+/** Appends the batch after the acknowledged records; acknowledged up to `nextSeq` once stored (PERS-04). */
+const commit = (
+  w: FileWriter,
+  batch: Admitted,
+  nextSeq: number
+): Effect.Effect<void, SessionError.PersistenceError> => {
+  const bytes = recordSize.linesOf(batch.records, batch.bytes)
+  const written = w.layer.durability === "fsync"
+    ? Effect.zipRight(w.file.writeAll(bytes), w.file.sync)
+    : w.file.writeAll(bytes)
+  return Effect.matchEffect(written, {
+    onFailure: (cause) => undo(w, cause),
+    onSuccess: () => {
+      w.offset += bytes.length
+      w.nextSeq = nextSeq
+      return Effect.void
+    }
+  })
+}
+
+/** The appends that joined while the previous write was in flight, as one write (SES-02). */
+const commitPending = (w: FileWriter, batch: ReadonlyArray<PendingAppend>) =>
+  Effect.gen(function*() {
+    let nextSeq = w.nextSeq
+    const records: Array<string> = []
+    let bytes = 0
+    const accepted: Array<PendingAppend> = []
+    for (const request of batch) {
+      // each against what the appends before it in this write leave (PERS-02, DUR-05)
+      const admitted = admit(w, request.events, request.records, nextSeq, w.offset + bytes)
+      if (Either.isLeft(admitted)) {
+        yield* Deferred.fail(request.done, admitted.left)
+        continue
+      }
+      for (const record of admitted.right.records) records.push(record)
+      bytes += admitted.right.bytes
+      accepted.push(request)
+      nextSeq += request.events.length
+    }
+    if (accepted.length === 0) return
+    const written = yield* Effect.exit(commit(w, { records, bytes }, nextSeq))
+    for (const request of accepted) yield* Deferred.done(request.done, written)
+  }).pipe(
+    // A defect here is a bug; its callers see it rather than wait forever.
+    Effect.catchAllCause((cause) =>
+      Effect.forEach(batch, (request) => Deferred.failCause(request.done, cause), { discard: true })
+    )
+  )
+
+/** Writes what joined meanwhile until nothing has; then the next append writes itself. */
+const drain = (w: FileWriter): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    if (w.pending.length === 0) {
+      w.isWriting = false
+      const waiting = w.idle
+      w.idle = []
+      for (const resume of waiting) resume()
+      return Effect.void
+    }
+    const batch = w.pending
+    w.pending = []
+    return Effect.zipRight(commitPending(w, batch), drain(w))
+  })
+
+/** Once no write is in flight. */
+const whenIdle = (w: FileWriter): Effect.Effect<void> =>
+  Effect.async<void>((resume) => {
+    if (!w.isWriting) return resume(Effect.void)
+    const waiter = () => resume(Effect.void)
+    w.idle.push(waiter)
+    return Effect.sync(() => {
+      w.idle = w.idle.filter((other) => other !== waiter)
+    })
+  })
+
+/**
+ * Runs with `isWriting` set, uninterruptibly: a write is either acknowledged or undone. The drain is
+ * installed around everything after the flag, encoding included: a value that cannot be encoded fails
+ * this append (`InvalidEventData`, DUR-04), and even a defect there fails only this append, not every
+ * later one.
+ */
+const write = (w: FileWriter, events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
+  Effect.ensuring(
+    Effect.suspend((): Effect.Effect<void, WriteError> => {
+      const records = recordSize.encodeRecords(events, w.layer.maxEventBytes)
+      const admitted = admit(w, events, records, w.nextSeq, w.offset)
+      return Either.isRight(admitted)
+        ? commit(w, admitted.right, w.nextSeq + events.length)
+        : Effect.fail(admitted.left)
+    }),
+    drain(w)
+  )
+
+/**
+ * SES-02: uninterruptible from the check on: an append is written (alone or with the write in flight)
+ * and then acknowledged or undone, never left unknown to its caller.
+ */
+const appendFile = (
+  w: FileWriter,
+  events: Arr.NonEmptyReadonlyArray<SessionEvent>
+): Effect.Effect<void, WriteError> =>
+  Effect.uninterruptible(Effect.withFiberRuntime((fiber) => {
+    if (w.failed !== undefined) return Effect.fail(w.failed)
+    if (w.isClosed) return Effect.fail(conflict(w.id, events[0].seq, w.nextSeq))
+    if (w.isWriting) {
+      // Checked and joined in one synchronous step: the write in flight drains it.
+      const done = Deferred.unsafeMake<void, WriteError>(fiber.id())
+      w.pending.push({ events, records: recordSize.encodeRecords(events, w.layer.maxEventBytes), done })
+      return Deferred.await(done)
+    }
+    w.isWriting = true
+    return write(w, events)
+  }))
+
+/** PKG-03's rollback of a create: once it has refused new appends it also removes the file (uninterruptible). */
+const discardFile = (w: FileWriter): Effect.Effect<void, SessionError.PersistenceError> =>
+  w.permit.withPermits(1)(Effect.suspend(() => {
+    if (w.isClosed) return Effect.void
+    w.isClosed = true
+    return whenIdle(w).pipe(
+      Effect.zipRight(w.layer.fs.remove(w.pathOfData)),
+      Effect.catchIf(fileLock.isNotFound, () => Effect.void),
+      Effect.mapError(fileLock.persistenceError(`discarding ${w.pathOfData}`)),
+      Effect.zipRight(fileLock.release(w.layer.lockContext, w.id, w.owner))
+    )
+  })).pipe(Effect.uninterruptible, Effect.withSpan("FileSessionPersistence.discard"))
+
+/** The writer of one session (see `FileWriter`), from the acknowledged `start`. */
+const makeWriter = Effect.fnUntraced(function*(
+  s: FileLayer,
+  id: SessionId,
+  file: FileSystem.File,
+  owner: fileLock.LockOwner,
+  start: { readonly offset: number; readonly nextSeq: number },
+  isCreateMode: boolean
+) {
+  const w: FileWriter = {
+    layer: s,
+    id,
+    file,
+    owner,
+    pathOfData: dataPath(s, id),
+    permit: yield* Effect.makeSemaphore(1),
+    offset: start.offset,
+    nextSeq: start.nextSeq,
+    failed: undefined,
+    isClosed: false,
+    isWriting: false,
+    pending: [],
+    idle: []
+  }
+  // `writeAll` writes at the handle's position. Only this writer moves it, and every write either
+  // advances it together with `offset` or is truncated back to it, so one seek here keeps the two equal
+  // and no write needs its own.
+  yield* file.seek(start.offset, "start")
+  // Finalizers run in reverse: refuse new appends, let the write in flight finish (what joined it is
+  // refused), then (registered by the caller earlier) close the file and release the lock.
+  yield* finalizer.addFinalizer(
+    Effect.suspend(() => {
+      w.isClosed = true
+      return w.permit.withPermits(1)(whenIdle(w))
+    })
+  )
+  return {
+    append: (events) => appendFile(w, events),
+    nextSeq: Effect.sync(() => w.nextSeq),
+    discard: isCreateMode ? discardFile(w) : discardRefused(id)
+  } satisfies SessionWriter
+})
+
+/**
+ * PERS-03: a new session's file, its header written (and synced, with its directory entry, under
+ * `fsync`) under its lock. A plain generator that `create`'s traced body delegates to (`yield*`).
+ */
+function* createIn(s: FileLayer, header: SessionHeader) {
+  const id = header.id
+  yield* assertSessionId(id, "a session file")
+  if (Either.isLeft(storedHeader(header))) {
+    return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
+  }
+  const file = dataPath(s, id)
+  // DUR-07: on a case-insensitive file system the name may already answer with another session's file
+  // (`ABC.jsonl` opens `abc.jsonl`), whose lock is that session's too.
+  const isTaken = yield* s.fs.exists(file).pipe(Effect.mapError(fileLock.persistenceError(`checking ${file}`)))
+  if (isTaken && (yield* identify(s, id))._tag === "Absent") {
+    return yield* new SessionError.SessionAlreadyExists({ id })
+  }
+  return yield* inWriterScope(Effect.gen(function*() {
+    yield* s.makeDirectory
+    const owner = yield* lockSession(s, id)
+    const handle = yield* s.fs.open(file, { flag: "wx" }).pipe(
+      Effect.catchIf(fileLock.isAlreadyExists, () => new SessionError.SessionAlreadyExists({ id })),
+      Effect.mapError((error) =>
+        error._tag === "SessionAlreadyExists" ? error : fileLock.persistenceError(`creating ${file}`)(error)
+      )
+    )
+    const bytes = encode(headerLine(header))
+    yield* handle.writeAll(bytes).pipe(
+      Effect.zipRight(s.durability === "fsync" ? Effect.zipRight(handle.sync, s.syncDirectory) : Effect.void),
+      Effect.mapError(fileLock.persistenceError(`writing the header of ${file}`)),
+      // We hold the lock, so the half-created file is ours to remove: the id stays free.
+      Effect.onError(() => Effect.ignore(s.fs.remove(file)))
+    )
+    return yield* makeWriter(s, id, handle, owner, { offset: bytes.length, nextSeq: 0 }, true)
+  }))
+}
+
+/**
+ * RES-02, PERS-03, DUR-11: the writer of a stored session under its lock, and its log read once; a torn
+ * last record is dropped and truncated on disk (with a warning).
+ */
+const openStored = (s: FileLayer, id: SessionId) =>
+  Effect.gen(function*() {
+    const file = dataPath(s, id)
+    const owner = yield* lockSession(s, id)
+    const handle = yield* openData(s, id, "r+")
+    const log = yield* readLogFrom(s, id, handle)
+    if (log.tornTailDropped > 0) {
+      yield* handle.truncate(log.validBytes).pipe(
+        Effect.zipRight(s.durability === "fsync" ? handle.sync : Effect.void),
+        Effect.mapError(fileLock.persistenceError(`truncating the torn tail of ${file}`))
+      )
+      yield* Effect.logWarning(
+        `effect-agent: session ${JSON.stringify(id)} ended with ${log.tornTailDropped} torn record ` +
+          `(an interrupted write); it was dropped and ${file} truncated to ${log.validBytes} bytes`
+      )
+    }
+    const start = { offset: log.validBytes, nextSeq: log.events.length }
+    const writer = yield* makeWriter(s, id, handle, owner, start, false)
+    const stored: StoredSession = {
+      header: log.header,
+      events: log.events,
+      tornTailDropped: log.tornTailDropped
+    }
+    return { writer, stored }
+  })
+
+/**
+ * The list entry of the file `name` (DUR-08): its summary, or what keeps it from being read. `None` for
+ * a file removed since the directory was listed.
+ */
+const entryOf = (s: FileLayer, name: string): Effect.Effect<Option.Option<ListEntry>> => {
+  const stem = name.slice(0, -".jsonl".length)
+  const file = s.path.join(s.directory, name)
+  const id = sessionId(stem)
+  if (Either.isLeft(id)) {
+    return Effect.map(
+      unreadable(stem, `the file name is not a valid session id (${id.left.message})`, file),
+      Option.some
+    )
+  }
+  return Effect.scoped(Effect.gen(function*() {
+    const handle = yield* openData(s, id.right, "r")
+    const info = yield* handle.stat.pipe(Effect.mapError(fileLock.persistenceError(`reading ${file}`)))
+    const log = yield* jsonl.readLog(id.right, handle, s.chunkBytes).pipe(
+      Effect.mapError(fileLock.persistenceError(`reading ${file}`)),
+      Effect.flatten
+    )
+    return Option.some<ListEntry>({
+      _tag: "SessionSummary",
+      id: id.right,
+      header: log.header,
+      eventCount: log.events.length,
+      updatedAt: Option.match(info.mtime, {
+        onNone: () => log.header.createdAt,
+        onSome: (mtime) => mtime.getTime()
+      })
+    })
+  })).pipe(
+    Effect.catchAll((error) =>
+      error._tag === "SessionNotFound"
+        ? Effect.succeed(Option.none())
+        : Effect.map(unreadable(stem, error.message, file), Option.some)
+    )
+  )
+}
+
+/** PERS-03: every session file in name order (DUR-08: unreadable files listed as such). */
+const listIn = (s: FileLayer): Stream.Stream<ListEntry, SessionError.PersistenceError> =>
+  Stream.unwrap(
+    s.fs.readDirectory(s.directory).pipe(
+      Effect.catchIf(fileLock.isNotFound, () => Effect.succeed<Array<string>>([])),
+      Effect.mapError(fileLock.persistenceError(`listing ${s.directory}`)),
+      Effect.map((names) => {
+        const files = names.filter((name) => name.endsWith(".jsonl")).sort()
+        return Stream.fromIterable(files).pipe(
+          Stream.mapEffect((name) => entryOf(s, name)),
+          Stream.filterMap((entry) => entry)
+        )
+      })
+    )
+  ).pipe(Stream.withSpan("FileSessionPersistence.list"))
+
+/**
+ * Removes the session's file holding its lock (a session that has a writer is refused, and none can
+ * open it halfway through); DUR-07: a file whose header names another session is not removed.
+ */
+const removeIn = (s: FileLayer, id: SessionId) =>
+  Effect.scoped(Effect.gen(function*() {
+    const file = dataPath(s, id)
+    yield* lockSession(s, id)
+    const identity = yield* identify(s, id)
+    if (identity._tag === "Absent") return
+    if (identity.named !== undefined && identity.named !== id) {
+      return yield* new SessionError.SessionCorrupt({
+        id,
+        line: 1,
+        reason: `the header of ${file} names session ${JSON.stringify(identity.named)}, so it was not removed`
+      })
+    }
+    yield* s.fs.remove(file).pipe(
+      Effect.catchIf(fileLock.isNotFound, () => Effect.void),
+      Effect.mapError(fileLock.persistenceError(`removing ${file}`))
+    )
+  }))
+
+/** The service over the layer's state; each method traced (`Effect.fn`). */
+const serviceOf = (s: FileLayer) => {
+  const exists = Effect.fn("FileSessionPersistence.exists")(function*(id: SessionId) {
+    yield* assertSessionId(id, "a session file")
+    return (yield* identify(s, id))._tag === "Stored"
+  })
+  // HOST-04: recovery summaries from a sidecar index (not fsynced, rebuilt when missing)
+  const { summaries } = hostFileSummary.make({ fs: s.fs, path: s.path, directory: s.directory })
+  return SessionPersistence.of({
+    create: Effect.fn("FileSessionPersistence.create")(function*(header: SessionHeader) {
+      return yield* createIn(s, header)
+    }),
+    openWrite: Effect.fn("FileSessionPersistence.openWrite")(function*(id: SessionId) {
+      yield* assertSessionId(id, "a session file")
+      // Spares a missing id the lock (and a missing directory its error); the read below is the
+      // authoritative check.
+      if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
+      return yield* inWriterScope(openStored(s, id))
+    }),
+    read: Effect.fn("FileSessionPersistence.read")(function*(id: SessionId) {
+      yield* assertSessionId(id, "a session file")
+      const log = yield* Effect.scoped(Effect.flatMap(openData(s, id, "r"), (handle) => readLogFrom(s, id, handle)))
+      return { header: log.header, events: log.events, tornTailDropped: log.tornTailDropped } satisfies StoredSession
+    }),
+    list: listIn(s),
+    exists,
+    remove: Effect.fn("FileSessionPersistence.remove")(function*(id: SessionId) {
+      yield* assertSessionId(id, "a session file")
+      // DUR-07: a name that answers with another session's file removes nothing.
+      if ((yield* identify(s, id))._tag === "Absent") return
+      yield* removeIn(s, id)
+    }),
+    summaries
+  })
+}
+
 const make = (input: Options) =>
   Effect.gen(function*() {
     // CORE-08: the options decoded once by their Schema; a bad one fails the layer naming each field
@@ -180,32 +708,22 @@ const make = (input: Options) =>
     const path = yield* Path.Path
     const directory = path.resolve(options.directory)
     const durability: Durability = options.durability ?? "fsync"
-    const startTimeOf = options.processStartTime ?? processStartTime
-    const startTime = startTimeOf(process.pid)
-    const pidNamespace = fileLock.procPidNamespace()
-    const { maxEventBytes, maxSessionBytes } = options.limits
-    const lockContext: fileLock.LockContext = {
+    const s: FileLayer = {
       fs,
       path,
       directory,
-      self: {
-        host: os.hostname(),
-        pid: process.pid,
-        ...(startTime === undefined ? {} : { startTime }),
-        ...(pidNamespace === undefined ? {} : { pidNamespace }),
-        instanceId: options.instanceId ?? globalThis.crypto.randomUUID()
-      },
-      isProcessAlive: options.isProcessAlive ?? isProcessAlive,
-      processStartTime: startTimeOf,
-      inNamespace: fileLock.procInNamespace,
-      isDurable: durability === "fsync"
+      durability,
+      maxEventBytes: options.limits.maxEventBytes,
+      maxSessionBytes: options.limits.maxSessionBytes,
+      chunkBytes: options.readChunkBytes ?? jsonl.DEFAULT_READ_CHUNK_BYTES,
+      lockContext: lockContextOf(options, fs, path, directory, durability),
+      makeDirectory: fs.makeDirectory(directory, { recursive: true }).pipe(
+        Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))
+      ),
+      syncDirectory: Effect.scoped(Effect.flatMap(fs.open(directory, { flag: "r" }), (dir) => dir.sync)).pipe(
+        Effect.ignore
+      )
     }
-    const dataPath = (id: string) => path.join(directory, `${id}.jsonl`)
-    const chunkBytes = options.readChunkBytes ?? jsonl.DEFAULT_READ_CHUNK_BYTES
-
-    const makeDirectory = fs.makeDirectory(directory, { recursive: true }).pipe(
-      Effect.mapError(fileLock.persistenceError(`creating the session directory ${directory}`))
-    )
     if (options.readOnly === true) {
       const info = yield* fs.stat(directory).pipe(
         Effect.mapError(fileLock.persistenceError(`reading the session directory ${directory}`))
@@ -214,435 +732,13 @@ const make = (input: Options) =>
         return yield* new SessionError.PersistenceError({ reason: `${directory} is not a directory` })
       }
     } else {
-      yield* makeDirectory
+      yield* s.makeDirectory
       // DUR-06: temp and guard files that crashed lock operations left behind.
-      yield* fileLock.sweepQuietly(lockContext)
+      yield* fileLock.sweepQuietly(s.lockContext)
       // Issue 15: locks of dead writers on sessions nobody resumes do not stay forever.
-      if (options.clearStaleLocks !== false) yield* fileLock.clearStaleLocks(lockContext)
+      if (options.clearStaleLocks !== false) yield* fileLock.clearStaleLocks(s.lockContext)
     }
-
-    // A new directory entry is durable only once the directory itself is synced; not every
-    // platform can open a directory, and the data is synced either way, so this is best effort.
-    const syncDirectory = Effect.scoped(Effect.flatMap(fs.open(directory, { flag: "r" }), (dir) => dir.sync)).pipe(
-      Effect.ignore
-    )
-
-    const lock = (id: SessionId) =>
-      Effect.acquireRelease(
-        fileLock.acquire(lockContext, id),
-        (owner) => fileLock.release(lockContext, id, owner)
-      )
-
-    /**
-     * DUR-07: whether the directory lists `<id>.jsonl` under exactly that name. Asked only when the
-     * header does not name the id, so a case-insensitive file system cannot pass off another
-     * session's file as this one.
-     */
-    const isListedExactly = (id: SessionId) =>
-      fs.readDirectory(directory).pipe(
-        Effect.map((names) => names.includes(`${id}.jsonl`)),
-        Effect.catchIf(fileLock.isNotFound, () => Effect.succeed(false)),
-        Effect.mapError(fileLock.persistenceError(`listing ${directory}`))
-      )
-
-    /** Opens the data file of `id`; a missing file is `SessionNotFound`. */
-    const openData = (id: SessionId, flag: "r" | "r+") => {
-      const file = dataPath(id)
-      return fs.open(file, { flag }).pipe(
-        Effect.catchIf(fileLock.isNotFound, () => new SessionError.SessionNotFound({ id })),
-        Effect.mapError((error) =>
-          error._tag === "SessionNotFound" ? error : fileLock.persistenceError(`opening ${file}`)(error)
-        )
-      )
-    }
-
-    /**
-     * Reads the log of `id` from `handle` by streaming (DUR-05). A refused record fails it — unless
-     * the file is not this id's by name (DUR-07), then the id is simply not stored.
-     */
-    const readLogFrom = (id: SessionId, handle: FileSystem.File) =>
-      Effect.gen(function*() {
-        const file = dataPath(id)
-        const log = yield* jsonl.readLog(id, handle, chunkBytes).pipe(
-          Effect.mapError(fileLock.persistenceError(`reading ${file}`))
-        )
-        if (Either.isRight(log)) return log.right
-        if (!(yield* isListedExactly(id))) return yield* new SessionError.SessionNotFound({ id })
-        return yield* log.left
-      })
-
-    /** Who `<id>.jsonl` belongs to (DUR-07): its header, and when that does not name `id`, its name. */
-    const identify = (id: SessionId): Effect.Effect<Identity, SessionError.PersistenceError> =>
-      Effect.scoped(Effect.gen(function*() {
-        const file = dataPath(id)
-        const handle = yield* openData(id, "r")
-        const first = yield* jsonl.readFirstLine(handle, Math.min(HEADER_CHUNK_BYTES, chunkBytes)).pipe(
-          Effect.mapError(fileLock.persistenceError(`reading ${file}`))
-        )
-        const named = first === undefined ? undefined : jsonl.namedSession(first)
-        if (named === id || (yield* isListedExactly(id))) return { _tag: "Stored", named } as const
-        return absent
-      })).pipe(
-        Effect.catchTag("SessionNotFound", () => Effect.succeed(absent))
-      )
-
-    /**
-     * The writer of one session. An append that finds no write in flight marks one (`isWriting`,
-     * checked and set in one synchronous step) and writes and syncs in the calling fiber; appends
-     * made while it does join `pending` and go out together as its next write, with one sync
-     * (SES-02 group commit, PERS-04). The Session's writer fiber already batches everything queued
-     * behind its write into one `append`, so on that path `pending` stays empty and an append costs
-     * no hand-off between fibers and no lock.
-     */
-    const makeWriter = Effect.fnUntraced(function*(
-      id: SessionId,
-      file: FileSystem.File,
-      owner: fileLock.LockOwner,
-      start: { readonly offset: number; readonly nextSeq: number },
-      isCreateMode: boolean
-    ) {
-      const state: WriterState = {
-        offset: start.offset,
-        nextSeq: start.nextSeq,
-        failed: undefined,
-        isClosed: false,
-        isWriting: false
-      }
-      let pending: Array<PendingAppend> = []
-      /** Resumed when the write in flight (and what it drained) is done. */
-      let idle: Array<() => void> = []
-      // Held by discard and by the finalizer, so they do not race each other; each of them sets
-      // `isClosed` (no write starts after that) and then waits for the write in flight.
-      const permit = yield* Effect.makeSemaphore(1)
-      const pathOfData = dataPath(id)
-      // `writeAll` writes at the handle's position. Only this writer moves it, and every write
-      // either advances it together with `state.offset` or is truncated back to it, so one seek
-      // here keeps the two equal and no write needs its own.
-      yield* file.seek(start.offset, "start")
-
-      /** Why `events` cannot be written at `nextSeq`, if they cannot. */
-      const refusal = (events: Arr.NonEmptyReadonlyArray<SessionEvent>, nextSeq: number): WriteError | undefined =>
-        state.failed ?? (state.isClosed ? conflict(id, events[0].seq, state.nextSeq) : fence(id, events, nextSeq))
-
-      /**
-       * Whether a batch, placed at `nextSeq` in a file of `size` bytes, may be written: PERS-02, then
-       * DUR-05 (an event that could not be encoded or is too big, then the session's limit).
-       */
-      const admit = (
-        events: Arr.NonEmptyReadonlyArray<SessionEvent>,
-        records: Either.Either<ReadonlyArray<string>, SessionError.InvalidEventData>,
-        nextSeq: number,
-        size: number
-      ): Either.Either<Admitted, WriteError> => {
-        const refused = refusal(events, nextSeq)
-        if (refused !== undefined) return Either.left(refused)
-        if (Either.isLeft(records)) return Either.left(records.left)
-        const bytes = recordSize.recordsBytes(records.right)
-        const full = recordSize.overLimit(id, size, bytes, maxSessionBytes)
-        return full !== undefined ? Either.left(full) : Either.right({ records: records.right, bytes })
-      }
-
-      /** SES-02b: undo the partial write so the file ends at the last acknowledged record. */
-      const undo = (cause: PlatformError): Effect.Effect<never, SessionError.PersistenceError> =>
-        file.truncate(state.offset).pipe(
-          Effect.zipRight(file.seek(state.offset, "start")),
-          Effect.catchAll((undone) => {
-            state.failed = new SessionError.PersistenceError({
-              reason: `the writer of session ${JSON.stringify(id)} failed: a write failed (${cause.message}) ` +
-                `and ${pathOfData} could not be truncated back to its last acknowledged record ` +
-                `(${undone.message}); reopen the session to append again`,
-              cause: undone
-            })
-            return Effect.logError(state.failed.reason)
-          }),
-          Effect.zipRight(Effect.fail(fileLock.persistenceError(`appending to ${pathOfData}`)(cause)))
-        )
-
-      /** Appends the batch after the acknowledged records; acknowledged up to `nextSeq` once stored. */
-      const commit = (batch: Admitted, nextSeq: number): Effect.Effect<void, SessionError.PersistenceError> => {
-        const bytes = recordSize.linesOf(batch.records, batch.bytes)
-        const written = durability === "fsync" ? Effect.zipRight(file.writeAll(bytes), file.sync) : file.writeAll(bytes)
-        return Effect.matchEffect(written, {
-          onFailure: undo,
-          onSuccess: () => {
-            state.offset += bytes.length
-            state.nextSeq = nextSeq
-            return Effect.void
-          }
-        })
-      }
-
-      /** The appends that joined while the previous write was in flight, as one write. */
-      const commitPending = (batch: ReadonlyArray<PendingAppend>) =>
-        Effect.gen(function*() {
-          let nextSeq = state.nextSeq
-          const records: Array<string> = []
-          let bytes = 0
-          const accepted: Array<PendingAppend> = []
-          for (const request of batch) {
-            // each against what the appends before it in this write leave (PERS-02, DUR-05)
-            const admitted = admit(request.events, request.records, nextSeq, state.offset + bytes)
-            if (Either.isLeft(admitted)) {
-              yield* Deferred.fail(request.done, admitted.left)
-              continue
-            }
-            for (const record of admitted.right.records) records.push(record)
-            bytes += admitted.right.bytes
-            accepted.push(request)
-            nextSeq += request.events.length
-          }
-          if (accepted.length === 0) return
-          const written = yield* Effect.exit(commit({ records, bytes }, nextSeq))
-          for (const request of accepted) yield* Deferred.done(request.done, written)
-        }).pipe(
-          // A defect here is a bug; its callers see it rather than wait forever.
-          Effect.catchAllCause((cause) =>
-            Effect.forEach(batch, (request) => Deferred.failCause(request.done, cause), { discard: true })
-          )
-        )
-
-      /** Writes what joined meanwhile until nothing has; then the next append writes itself. */
-      const drain: Effect.Effect<void> = Effect.suspend(() => {
-        if (pending.length === 0) {
-          state.isWriting = false
-          const waiting = idle
-          idle = []
-          for (const resume of waiting) resume()
-          return Effect.void
-        }
-        const batch = pending
-        pending = []
-        return Effect.zipRight(commitPending(batch), drain)
-      })
-
-      /** Once no write is in flight. */
-      const whenIdle: Effect.Effect<void> = Effect.async<void>((resume) => {
-        if (!state.isWriting) return resume(Effect.void)
-        const waiter = () => resume(Effect.void)
-        idle.push(waiter)
-        return Effect.sync(() => {
-          idle = idle.filter((other) => other !== waiter)
-        })
-      })
-
-      /**
-       * Runs with `isWriting` set, uninterruptibly: a write is either acknowledged or undone. The
-       * drain is installed around everything after the flag, encoding included: a value that cannot
-       * be encoded fails this append (`InvalidEventData`, DUR-04), and even a defect there fails
-       * only this append, not every later one.
-       */
-      const write = (events: Arr.NonEmptyReadonlyArray<SessionEvent>) =>
-        Effect.ensuring(
-          Effect.suspend((): Effect.Effect<void, WriteError> => {
-            const records = recordSize.encodeRecords(events, maxEventBytes)
-            const admitted = admit(events, records, state.nextSeq, state.offset)
-            return Either.isRight(admitted)
-              ? commit(admitted.right, state.nextSeq + events.length)
-              : Effect.fail(admitted.left)
-          }),
-          drain
-        )
-
-      // Finalizers run in reverse: refuse new appends, let the write in flight finish (what joined
-      // it is refused), then (registered by the caller earlier) close the file and release the lock.
-      yield* finalizer.addFinalizer(
-        Effect.suspend(() => {
-          state.isClosed = true
-          return permit.withPermits(1)(whenIdle)
-        })
-      )
-
-      // Uninterruptible from the check on: an append is written (alone or with the write in
-      // flight) and then acknowledged or undone, never left unknown to its caller.
-      const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
-        Effect.uninterruptible(Effect.withFiberRuntime((fiber) => {
-          if (state.failed !== undefined) return Effect.fail(state.failed)
-          if (state.isClosed) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
-          if (state.isWriting) {
-            // Checked and joined in one synchronous step: the write in flight drains it.
-            const done = Deferred.unsafeMake<void, WriteError>(fiber.id())
-            pending.push({ events, records: recordSize.encodeRecords(events, maxEventBytes), done })
-            return Deferred.await(done)
-          }
-          state.isWriting = true
-          return write(events)
-        }))
-
-      // uninterruptible: once it has refused new appends it also removes the file (a retry would not)
-      const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
-        ? permit.withPermits(1)(Effect.suspend(() => {
-          if (state.isClosed) return Effect.void
-          state.isClosed = true
-          return whenIdle.pipe(
-            Effect.zipRight(fs.remove(pathOfData)),
-            Effect.catchIf(fileLock.isNotFound, () => Effect.void),
-            Effect.mapError(fileLock.persistenceError(`discarding ${pathOfData}`)),
-            Effect.zipRight(fileLock.release(lockContext, id, owner))
-          )
-        })).pipe(Effect.uninterruptible, Effect.withSpan("FileSessionPersistence.discard"))
-        : discardRefused(id)
-
-      return {
-        append,
-        nextSeq: Effect.sync(() => state.nextSeq),
-        discard
-      } satisfies SessionWriter
-    })
-
-    const exists = Effect.fn("FileSessionPersistence.exists")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a session file")
-      return (yield* identify(id))._tag === "Stored"
-    })
-
-    const create = Effect.fn("FileSessionPersistence.create")(function*(header: SessionHeader) {
-      const id = header.id
-      yield* assertSessionId(id, "a session file")
-      if (Either.isLeft(storedHeader(header))) {
-        return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
-      }
-      const file = dataPath(id)
-      // DUR-07: on a case-insensitive file system the name may already answer with another
-      // session's file (`ABC.jsonl` opens `abc.jsonl`), whose lock is that session's too.
-      const isTaken = yield* fs.exists(file).pipe(Effect.mapError(fileLock.persistenceError(`checking ${file}`)))
-      if (isTaken && (yield* identify(id))._tag === "Absent") {
-        return yield* new SessionError.SessionAlreadyExists({ id })
-      }
-      return yield* inWriterScope(Effect.gen(function*() {
-        yield* makeDirectory
-        const owner = yield* lock(id)
-        const handle = yield* fs.open(file, { flag: "wx" }).pipe(
-          Effect.catchIf(fileLock.isAlreadyExists, () => new SessionError.SessionAlreadyExists({ id })),
-          Effect.mapError((error) =>
-            error._tag === "SessionAlreadyExists" ? error : fileLock.persistenceError(`creating ${file}`)(error)
-          )
-        )
-        const bytes = encode(headerLine(header))
-        yield* handle.writeAll(bytes).pipe(
-          Effect.zipRight(durability === "fsync" ? Effect.zipRight(handle.sync, syncDirectory) : Effect.void),
-          Effect.mapError(fileLock.persistenceError(`writing the header of ${file}`)),
-          // We hold the lock, so the half-created file is ours to remove: the id stays free.
-          Effect.onError(() => Effect.ignore(fs.remove(file)))
-        )
-        return yield* makeWriter(id, handle, owner, { offset: bytes.length, nextSeq: 0 }, true)
-      }))
-    })
-
-    const openWrite = Effect.fn("FileSessionPersistence.openWrite")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a session file")
-      const file = dataPath(id)
-      // Spares a missing id the lock (and a missing directory its error); the read below is the
-      // authoritative check.
-      if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
-      return yield* inWriterScope(Effect.gen(function*() {
-        const owner = yield* lock(id)
-        const handle = yield* openData(id, "r+")
-        const log = yield* readLogFrom(id, handle)
-        if (log.tornTailDropped > 0) {
-          yield* handle.truncate(log.validBytes).pipe(
-            Effect.zipRight(durability === "fsync" ? handle.sync : Effect.void),
-            Effect.mapError(fileLock.persistenceError(`truncating the torn tail of ${file}`))
-          )
-          yield* Effect.logWarning(
-            `effect-agent: session ${JSON.stringify(id)} ended with ${log.tornTailDropped} torn record ` +
-              `(an interrupted write); it was dropped and ${file} truncated to ${log.validBytes} bytes`
-          )
-        }
-        const start = { offset: log.validBytes, nextSeq: log.events.length }
-        const writer = yield* makeWriter(id, handle, owner, start, false)
-        const stored: StoredSession = {
-          header: log.header,
-          events: log.events,
-          tornTailDropped: log.tornTailDropped
-        }
-        return { writer, stored }
-      }))
-    })
-
-    const read = Effect.fn("FileSessionPersistence.read")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a session file")
-      const log = yield* Effect.scoped(Effect.flatMap(openData(id, "r"), (handle) => readLogFrom(id, handle)))
-      return { header: log.header, events: log.events, tornTailDropped: log.tornTailDropped } satisfies StoredSession
-    })
-
-    /**
-     * The list entry of the file `name` (DUR-08): its summary, or what keeps it from being read.
-     * `None` for a file removed since the directory was listed.
-     */
-    const entryOf = (name: string): Effect.Effect<Option.Option<ListEntry>> => {
-      const stem = name.slice(0, -".jsonl".length)
-      const file = path.join(directory, name)
-      const id = sessionId(stem)
-      if (Either.isLeft(id)) {
-        return Effect.map(
-          unreadable(stem, `the file name is not a valid session id (${id.left.message})`, file),
-          Option.some
-        )
-      }
-      return Effect.scoped(Effect.gen(function*() {
-        const handle = yield* openData(id.right, "r")
-        const info = yield* handle.stat.pipe(Effect.mapError(fileLock.persistenceError(`reading ${file}`)))
-        const log = yield* jsonl.readLog(id.right, handle, chunkBytes).pipe(
-          Effect.mapError(fileLock.persistenceError(`reading ${file}`)),
-          Effect.flatten
-        )
-        return Option.some<ListEntry>({
-          _tag: "SessionSummary",
-          id: id.right,
-          header: log.header,
-          eventCount: log.events.length,
-          updatedAt: Option.match(info.mtime, {
-            onNone: () => log.header.createdAt,
-            onSome: (mtime) => mtime.getTime()
-          })
-        })
-      })).pipe(
-        Effect.catchAll((error) =>
-          error._tag === "SessionNotFound"
-            ? Effect.succeed(Option.none())
-            : Effect.map(unreadable(stem, error.message, file), Option.some)
-        )
-      )
-    }
-
-    const list: Stream.Stream<ListEntry, SessionError.PersistenceError> = Stream.unwrap(
-      fs.readDirectory(directory).pipe(
-        Effect.catchIf(fileLock.isNotFound, () => Effect.succeed<Array<string>>([])),
-        Effect.mapError(fileLock.persistenceError(`listing ${directory}`)),
-        Effect.map((names) => {
-          const files = names.filter((name) => name.endsWith(".jsonl")).sort()
-          return Stream.fromIterable(files).pipe(Stream.mapEffect(entryOf), Stream.filterMap((entry) => entry))
-        })
-      )
-    ).pipe(Stream.withSpan("FileSessionPersistence.list"))
-
-    const remove = Effect.fn("FileSessionPersistence.remove")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a session file")
-      // DUR-07: a name that answers with another session's file removes nothing.
-      if ((yield* identify(id))._tag === "Absent") return
-      const file = dataPath(id)
-      // Holding the lock while deleting refuses a session that has a writer, and keeps one from
-      // opening it halfway through.
-      yield* Effect.scoped(Effect.gen(function*() {
-        yield* lock(id)
-        const identity = yield* identify(id)
-        if (identity._tag === "Absent") return
-        if (identity.named !== undefined && identity.named !== id) {
-          return yield* new SessionError.SessionCorrupt({
-            id,
-            line: 1,
-            reason: `the header of ${file} names session ${JSON.stringify(identity.named)}, so it was not removed`
-          })
-        }
-        yield* fs.remove(file).pipe(
-          Effect.catchIf(fileLock.isNotFound, () => Effect.void),
-          Effect.mapError(fileLock.persistenceError(`removing ${file}`))
-        )
-      }))
-    })
-
-    // HOST-04: recovery summaries from a sidecar index (not fsynced, rebuilt when missing)
-    const { summaries } = hostFileSummary.make({ fs, path, directory })
-    return SessionPersistence.of({ create, openWrite, read, list, exists, remove, summaries })
+    return serviceOf(s)
   })
 
 /**

@@ -15,18 +15,26 @@ import type { InboxTarget } from "./SessionEvent.js"
 
 /**
  * A change of the inbox, after it is durable: `Discarded` before `Inserted` within one splice.
+ * `seq` (@since 0.2.0, EVS-02) is the durable event the change mirrors: the `agent/inbox/spliced`
+ * event of an insertion or discard, the `step/start` of the step a claim's messages entered.
  *
  * @since 0.1.0
  * @category models
  */
 export type InboxChange = Data.TaggedEnum<{
-  Inserted: { readonly target: InboxTarget; readonly start: number; readonly messages: ReadonlyArray<UserMessage> }
+  Inserted: {
+    readonly target: InboxTarget
+    readonly start: number
+    readonly messages: ReadonlyArray<UserMessage>
+    readonly seq?: number | undefined
+  }
   Discarded: {
     readonly target: InboxTarget
     readonly ids: ReadonlyArray<MessageId>
     readonly outcome: "canceled" | "rejected"
+    readonly seq?: number | undefined
   }
-  Claimed: { readonly turn: number; readonly messages: ReadonlyArray<UserMessage> }
+  Claimed: { readonly turn: number; readonly messages: ReadonlyArray<UserMessage>; readonly seq?: number | undefined }
 }>
 
 /**

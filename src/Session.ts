@@ -56,7 +56,8 @@ export interface Session {
   readonly eventsFrom: (seq: number) => Stream.Stream<SessionEvent, SessionError.InvalidEventCursor>
   /**
    * The session's token usage (MOD-06): the sums of what its `assistant/message` events recorded,
-   * per field; a field no message reported is absent (unknown, not zero).
+   * and its `session/compacted` events (the summarizer calls, CMP-01), per field; a field nothing
+   * reported is absent (unknown, not zero).
    *
    * @since 0.2.0
    */
@@ -189,7 +190,8 @@ export const make = (options: {
 
 /**
  * The model-visible history of a log, derived from scratch (SES-03). `session.messages` is always
- * deep-equal to `deriveMessages(events)` of the same log.
+ * deep-equal to `deriveMessages(events)` of the same log. After a `session/compacted` event it is
+ * that event's summary followed by what the events from its `upTo` on contribute (CMP-01).
  *
  * @since 0.1.0
  * @category history

@@ -71,8 +71,8 @@ export const VERSION = 2 as const
 
 /**
  * The format versions this library reads and appends to (DUR-00). Version 2 adds
- * `providerCallId` on tool-call parts, the `reasoningTokens`/`cachedInputTokens` usage fields and the
- * `"other"` finish reason; they may be appended to a version-1 session too (an older library then
+ * `providerCallId` on tool-call parts, the `reasoningTokens`/`cachedInputTokens` usage fields, the
+ * `"other"` finish reason and the `session/compacted` event (CMP-01); they may be appended to a version-1 session too (an older library then
  * refuses the session, which is safe).
  *
  * @since 0.2.0
@@ -338,6 +338,25 @@ export const RequestConfig = envelope(
 )
 
 /**
+ * CMP-01 (format v2): the first `upTo` events of the log (a count, as a fork's `upTo`, FORK-01)
+ * were summarised as `summary`, by a model call that used `usage` (`{}` when the provider reported
+ * none). From this event on the model-visible history is the summary followed by what the events
+ * from `upTo` on contribute (SES-03, REQ-03); the events before `upTo` stay in the log. An `upTo`
+ * beyond the event's own seq covers only the events before it (the library never writes one).
+ *
+ * @since 0.2.0
+ * @category core events
+ */
+export const SessionCompacted = envelope(
+  "session/compacted",
+  Schema.Struct({
+    upTo: Schema.NonNegativeInt,
+    summary: Schema.String,
+    usage: Usage
+  })
+)
+
+/**
  * Every core event, discriminated by `type` (EVT-02).
  *
  * @since 0.1.0
@@ -353,7 +372,8 @@ export const CoreEvent = Schema.Union(
   ToolCallLogged,
   ToolResultLogged,
   TurnEnd,
-  RequestConfig
+  RequestConfig,
+  SessionCompacted
 )
 
 /**
@@ -384,7 +404,8 @@ export const coreTypes: ReadonlySet<string> = new Set<CoreType>([
   "tool/call",
   "tool/result",
   "turn/end",
-  "request/config"
+  "request/config",
+  "session/compacted"
 ])
 
 /**

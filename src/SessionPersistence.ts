@@ -299,6 +299,161 @@ let nextToken = 0
 const lockedError = (id: string, lock: { readonly instanceId: string }) =>
   new SessionError.SessionLocked({ id, holder: `memory writer of instance ${JSON.stringify(lock.instanceId)}` })
 
+/** A memory layer's state: its process id, its size limits and the sessions of its storage. */
+interface MemoryLayer {
+  readonly instanceId: string
+  readonly limits: { readonly maxEventBytes: number; readonly maxSessionBytes: number }
+  readonly sessions: Map<string, MemoryEntry>
+}
+
+/**
+ * PERS-01: takes the session's lock for this writer and releases it with the current Scope. The
+ * release is registered first and the lock taken in the continuation, one synchronous step: an
+ * interruption before that step leaves a release with nothing to do, so no mask is needed (B1).
+ */
+const acquireMemory = (layer: MemoryLayer, id: SessionId, entry: MemoryEntry, createMode: boolean) =>
+  Effect.withFiberRuntime<SessionWriter, SessionError.SessionLocked, Scope.Scope>((fiber) => {
+    let lock: MemoryLock | undefined
+    const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
+    const release = Effect.sync(() => {
+      if (lock !== undefined && entry.lock === lock) entry.lock = undefined
+    })
+    return Effect.flatMap(Scope.addFinalizer(scope, release), () => {
+      if (entry.lock !== undefined) return Effect.fail(lockedError(id, entry.lock))
+      const held = { instanceId: layer.instanceId, token: ++nextToken }
+      lock = held
+      entry.lock = held
+      return Effect.succeed(memoryWriter(layer, id, entry, held, createMode))
+    })
+  })
+
+/**
+ * PERS-02, DUR-05/09: appends `events` if this writer still holds the session, contiguous from the
+ * stored length, encoded and measured as the file store would write them; nothing is stored if refused.
+ */
+const appendMemory = (
+  layer: MemoryLayer,
+  id: SessionId,
+  entry: MemoryEntry,
+  holds: () => boolean,
+  events: Parameters<SessionWriter["append"]>[0]
+): ReturnType<SessionWriter["append"]> => {
+  if (!holds()) {
+    return Effect.fail(
+      new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
+    )
+  }
+  // PERS-02: contiguous from the stored length, as on the other layers
+  for (let i = 0; i < events.length; i++) {
+    const seq = events[i]!.seq
+    if (seq !== entry.events.length + i) {
+      return Effect.fail(new SessionError.SessionConflict({ id, expectedSeq: seq, actualSeq: entry.events.length + i }))
+    }
+  }
+  // DUR-05/DUR-09: encoded and measured as the file store would write it, nothing stored if refused
+  const records = recordSize.encodeRecords(events, layer.limits.maxEventBytes)
+  if (Either.isLeft(records)) return Effect.fail(records.left)
+  const added = recordSize.recordsBytes(records.right)
+  const full = recordSize.overLimit(id, entry.bytes, added, layer.limits.maxSessionBytes)
+  if (full !== undefined) return Effect.fail(full)
+  for (const event of events) entry.events.push(event)
+  entry.bytes += added
+  entry.updatedAt = Date.now()
+  return Effect.void
+}
+
+/** The exclusive writer of one session in memory (PERS-01), holding `lock`. */
+const memoryWriter = (
+  layer: MemoryLayer,
+  id: SessionId,
+  entry: MemoryEntry,
+  lock: MemoryLock,
+  createMode: boolean
+): SessionWriter => {
+  const holds = () => entry.lock === lock && layer.sessions.get(id) === entry
+  return {
+    nextSeq: Effect.sync(() => entry.events.length),
+    append: (events) => Effect.suspend(() => appendMemory(layer, id, entry, holds, events)),
+    discard: Effect.suspend(() => {
+      if (!createMode) {
+        return Effect.fail(
+          new SessionError.PersistenceError({ reason: `discard of ${id}: only a writer from create may discard` })
+        )
+      }
+      if (holds()) {
+        layer.sessions.delete(id)
+        entry.lock = undefined
+      }
+      return Effect.void
+    })
+  }
+}
+
+/** PERS-03: a new session's entry and its writer; an existing one is `SessionAlreadyExists` (or locked). */
+const createMemory = (layer: MemoryLayer, header: SessionHeader) =>
+  // plain code around the acquire, no generator (B1)
+  Effect.suspend(() => {
+    const existing = layer.sessions.get(header.id)
+    if (existing !== undefined) {
+      return Effect.fail(
+        existing.lock !== undefined
+          ? lockedError(header.id, existing.lock)
+          : new SessionError.SessionAlreadyExists({ id: header.id })
+      )
+    }
+    const entry: MemoryEntry = {
+      header,
+      events: [],
+      bytes: recordSize.headerBytes(header),
+      updatedAt: Date.now(),
+      lock: undefined
+    }
+    layer.sessions.set(header.id, entry)
+    return acquireMemory(layer, header.id, entry, true)
+  })
+
+/** The persistence service over a memory layer's state (PERS). */
+const memoryPersistence = (layer: MemoryLayer) => {
+  const sessions = layer.sessions
+  return SessionPersistence.of({
+    create: (header) => createMemory(layer, header),
+    openWrite: (id) =>
+      Effect.gen(function*() {
+        const entry = sessions.get(id)
+        if (entry === undefined) return yield* new SessionError.SessionNotFound({ id })
+        const writer = yield* acquireMemory(layer, id, entry, false)
+        return { writer, stored: { header: entry.header, events: entry.events.slice(), tornTailDropped: 0 } }
+      }),
+    read: (id) =>
+      Effect.suspend(() => {
+        const entry = sessions.get(id)
+        return entry === undefined
+          ? Effect.fail(new SessionError.SessionNotFound({ id }))
+          : Effect.succeed({ header: entry.header, events: entry.events.slice(), tornTailDropped: 0 })
+      }),
+    list: S.suspend(() =>
+      S.fromIterable(
+        Array.from(sessions.entries(), ([id, entry]): SessionSummary => ({
+          _tag: "SessionSummary",
+          id: id as SessionId,
+          header: entry.header,
+          eventCount: entry.events.length,
+          updatedAt: entry.updatedAt
+        }))
+      )
+    ),
+    exists: (id) => Effect.sync(() => sessions.has(id)),
+    remove: (id) =>
+      Effect.suspend(() => {
+        const entry = sessions.get(id)
+        if (entry === undefined) return Effect.void
+        if (entry.lock !== undefined) return Effect.fail(lockedError(id, entry.lock))
+        sessions.delete(id)
+        return Effect.void
+      })
+  })
+}
+
 /**
  * Persistence in memory over `storage`, as process `instanceId` (default: a random id).
  * Acknowledged means stored (PERS-04). Appends are encoded and measured as the other layers do
@@ -315,137 +470,9 @@ export const layerMemory = (
   Layer.sync(SessionPersistence, () => {
     // CORE-08: options decoded by their Schema; a bad one is a defect of the layer (it has no error channel)
     const decoded = Either.getOrThrowWith(internalOptions.decodeMemoryOptions(options), (error) => error)
-    const instanceId = decoded.instanceId ?? globalThis.crypto.randomUUID()
-    const limits = decoded.limits
-    const sessions = storage.sessions
-
-    /**
-     * Takes the session's lock for this writer and releases it with the current Scope. The release
-     * is registered first and the lock taken in the continuation, one synchronous step: an
-     * interruption before that step leaves a release with nothing to do, so no mask is needed (B1).
-     */
-    const acquire = (id: SessionId, entry: MemoryEntry, createMode: boolean) =>
-      Effect.withFiberRuntime<SessionWriter, SessionError.SessionLocked, Scope.Scope>((fiber) => {
-        let lock: MemoryLock | undefined
-        const scope = Context.unsafeGet(fiber.currentContext, Scope.Scope)
-        const release = Effect.sync(() => {
-          if (lock !== undefined && entry.lock === lock) entry.lock = undefined
-        })
-        return Effect.flatMap(Scope.addFinalizer(scope, release), () => {
-          if (entry.lock !== undefined) return Effect.fail(lockedError(id, entry.lock))
-          const held = { instanceId, token: ++nextToken }
-          lock = held
-          entry.lock = held
-          return Effect.succeed(writerOf(id, entry, held, createMode))
-        })
-      })
-
-    const writerOf = (
-      id: SessionId,
-      entry: MemoryEntry,
-      lock: MemoryLock,
-      createMode: boolean
-    ): SessionWriter => {
-      const holds = () => entry.lock === lock && sessions.get(id) === entry
-      return {
-        nextSeq: Effect.sync(() => entry.events.length),
-        append: (events) =>
-          Effect.suspend((): ReturnType<SessionWriter["append"]> => {
-            if (!holds()) {
-              return Effect.fail(
-                new SessionError.SessionConflict({ id, expectedSeq: events[0].seq, actualSeq: entry.events.length })
-              )
-            }
-            // PERS-02: contiguous from the stored length, as on the other layers
-            for (let i = 0; i < events.length; i++) {
-              const seq = events[i]!.seq
-              if (seq !== entry.events.length + i) {
-                return Effect.fail(
-                  new SessionError.SessionConflict({ id, expectedSeq: seq, actualSeq: entry.events.length + i })
-                )
-              }
-            }
-            // DUR-05/DUR-09: encoded and measured as the file store would write it, nothing stored if refused
-            const records = recordSize.encodeRecords(events, limits.maxEventBytes)
-            if (Either.isLeft(records)) return Effect.fail(records.left)
-            const added = recordSize.recordsBytes(records.right)
-            const full = recordSize.overLimit(id, entry.bytes, added, limits.maxSessionBytes)
-            if (full !== undefined) return Effect.fail(full)
-            for (const event of events) entry.events.push(event)
-            entry.bytes += added
-            entry.updatedAt = Date.now()
-            return Effect.void
-          }),
-        discard: Effect.suspend(() => {
-          if (!createMode) {
-            return Effect.fail(
-              new SessionError.PersistenceError({ reason: `discard of ${id}: only a writer from create may discard` })
-            )
-          }
-          if (holds()) {
-            sessions.delete(id)
-            entry.lock = undefined
-          }
-          return Effect.void
-        })
-      }
-    }
-
-    return SessionPersistence.of({
-      create: (header) =>
-        // plain code around the acquire, no generator (B1)
-        Effect.suspend(() => {
-          const existing = sessions.get(header.id)
-          if (existing !== undefined) {
-            return Effect.fail(
-              existing.lock !== undefined
-                ? lockedError(header.id, existing.lock)
-                : new SessionError.SessionAlreadyExists({ id: header.id })
-            )
-          }
-          const entry: MemoryEntry = {
-            header,
-            events: [],
-            bytes: recordSize.headerBytes(header),
-            updatedAt: Date.now(),
-            lock: undefined
-          }
-          sessions.set(header.id, entry)
-          return acquire(header.id, entry, true)
-        }),
-      openWrite: (id) =>
-        Effect.gen(function*() {
-          const entry = sessions.get(id)
-          if (entry === undefined) return yield* new SessionError.SessionNotFound({ id })
-          const writer = yield* acquire(id, entry, false)
-          return { writer, stored: { header: entry.header, events: entry.events.slice(), tornTailDropped: 0 } }
-        }),
-      read: (id) =>
-        Effect.suspend(() => {
-          const entry = sessions.get(id)
-          return entry === undefined
-            ? Effect.fail(new SessionError.SessionNotFound({ id }))
-            : Effect.succeed({ header: entry.header, events: entry.events.slice(), tornTailDropped: 0 })
-        }),
-      list: S.suspend(() =>
-        S.fromIterable(
-          Array.from(sessions.entries(), ([id, entry]): SessionSummary => ({
-            _tag: "SessionSummary",
-            id: id as SessionId,
-            header: entry.header,
-            eventCount: entry.events.length,
-            updatedAt: entry.updatedAt
-          }))
-        )
-      ),
-      exists: (id) => Effect.sync(() => sessions.has(id)),
-      remove: (id) =>
-        Effect.suspend(() => {
-          const entry = sessions.get(id)
-          if (entry === undefined) return Effect.void
-          if (entry.lock !== undefined) return Effect.fail(lockedError(id, entry.lock))
-          sessions.delete(id)
-          return Effect.void
-        })
+    return memoryPersistence({
+      instanceId: decoded.instanceId ?? globalThis.crypto.randomUUID(),
+      limits: decoded.limits,
+      sessions: storage.sessions
     })
   })

@@ -35,6 +35,7 @@ import {
   persistenceError,
   SqlNumber
 } from "./internal/sqlLog.js"
+import type { Dialect } from "./internal/sqlSchema.js"
 import { checkReadable, dialectOf, migrate } from "./internal/sqlSchema.js"
 import {
   procInNamespace,
@@ -168,6 +169,399 @@ const rows = <I, A>(
 /** Sessions per page of `list`. */
 const LIST_PAGE = 500
 
+/** The layer's options as their Schema decoded them (CORE-08). */
+type DecodedOptions = Either.Either.Right<ReturnType<typeof internalOptions.decodeSqlOptions>>
+
+/** The layer's state record: its client and statements, its leases, its committer and its limits. */
+interface SqlLayer {
+  readonly sql: SqlClient
+  readonly leases: lease.LeaseContext
+  readonly commits: committer.Committer
+  readonly maxEventBytes: number
+  readonly maxSessionBytes: number
+  readonly headerRows: (id: string) => Effect.Effect<ReadonlyArray<typeof HeaderRow.Type>, SqlError>
+  readonly eventRows: (id: string) => Effect.Effect<ReadonlyArray<typeof EventRow.Type>, SqlError>
+  readonly sizeOf: ReturnType<typeof sizeQuery>
+  readonly page: (after: string) => Effect.Effect<ReadonlyArray<SummaryRow>, SqlError>
+}
+
+/** PERS-01: who this process is in lease rows, and how it judges another holder (PKG-04, DUR-06). */
+const leaseContextOf = (
+  options: DecodedOptions,
+  sql: SqlClient,
+  ttlMillis: number
+): lease.LeaseContext => {
+  const instanceId = options.instanceId ?? globalThis.crypto.randomUUID()
+  const startTimeOf = options.processStartTime ?? procStartTime
+  return {
+    sql,
+    ttlMillis,
+    holder: `instance ${JSON.stringify(instanceId)} ` +
+      `(process ${process.pid} on host ${JSON.stringify(os.hostname())})`,
+    self: {
+      host: os.hostname(),
+      pid: process.pid,
+      startTime: startTimeOf(process.pid),
+      pidNamespace: procPidNamespace()
+    },
+    probe: {
+      isProcessAlive: options.isProcessAlive ?? isProcessAlive,
+      processStartTime: startTimeOf,
+      inNamespace: procInNamespace
+    }
+  }
+}
+
+/** PERS-05: the pragma of the durability (SQLite) and the migrations (CORE-09), unless read-only. */
+const prepareDatabase = (options: DecodedOptions, sql: SqlClient, dialect: Dialect) =>
+  Effect.gen(function*() {
+    if (options.readOnly === true) return yield* checkReadable(sql)
+    if (dialect === "sqlite") {
+      const level = (options.durability ?? "fsync") === "fsync" ? "FULL" : "NORMAL"
+      yield* sql.unsafe(`PRAGMA synchronous = ${level}`).pipe(
+        Effect.mapError(persistenceError(`setting PRAGMA synchronous = ${level}`))
+      )
+    }
+    yield* migrate(sql, dialect).pipe(
+      Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("migrating the effect-agent tables")(error)))
+    )
+  })
+
+/**
+ * A stored session's size as the file store counts it (DUR-05): its header line and its event lines,
+ * summed by the database over the rows (no record crosses the wire again). UTF-8 bytes of a text
+ * column with `CAST … AS BLOB` rather than `octet_length`, which SQLite has only since 3.43.
+ */
+const sizeQuery = (sql: SqlClient, dialect: Dialect) => {
+  const octets = sql.literal(dialect === "pg" ? "octet_length" : "length")
+  const asBytes = (column: string) => sql.literal(dialect === "pg" ? column : `CAST(${column} AS BLOB)`)
+  return SqlSchema.single({
+    Request: Schema.String,
+    Result: SizeRow,
+    execute: (id) =>
+      sql`SELECT
+          (SELECT ${octets}(${asBytes("header")}) + 1 FROM effect_agent_sessions
+            WHERE session_id = ${id}) AS header_bytes,
+          (SELECT COALESCE(SUM(${octets}(${asBytes("record")}) + 1), 0) FROM effect_agent_events
+            WHERE session_id = ${id}) AS event_bytes`
+  })
+}
+
+/** The statements of the layer, their rows decoded by `SqlSchema` (CORE-09). */
+const statementsOf = (sql: SqlClient) => ({
+  /**
+   * The header row of `id`, compared in JavaScript too (DUR-07): a database whose collation folds case
+   * would otherwise answer for `ABC` with the row of `abc`.
+   */
+  headerRows: rows(
+    SqlSchema.findAll({
+      Request: Schema.String,
+      Result: HeaderRow,
+      execute: (id) => sql`SELECT session_id, header FROM effect_agent_sessions WHERE session_id = ${id}`
+    }),
+    (id) => `the header row of session ${JSON.stringify(id)}`
+  ),
+  eventRows: rows(
+    SqlSchema.findAll({
+      Request: Schema.String,
+      Result: EventRow,
+      execute: (id) => sql`SELECT record FROM effect_agent_events WHERE session_id = ${id} ORDER BY seq`
+    }),
+    (id) => `the event rows of session ${JSON.stringify(id)}`
+  ),
+  page: rows(
+    SqlSchema.findAll({
+      Request: Schema.String,
+      Result: SummaryRow,
+      execute: (after) =>
+        sql`SELECT s.session_id, s.header, s.updated_at,
+            (SELECT COUNT(*) FROM effect_agent_events e WHERE e.session_id = s.session_id) AS event_count
+          FROM effect_agent_sessions s WHERE s.session_id > ${after}
+          ORDER BY s.session_id LIMIT ${LIST_PAGE}`
+    }),
+    () => "a page of sessions"
+  )
+})
+
+/** PERS-01: the writer lease of `id`, released with the current Scope. */
+const takeLease = (s: SqlLayer, id: SessionId) =>
+  Effect.acquireRelease(
+    lease.acquire(s.leases, id).pipe(
+      Effect.catchTag("SqlError", (error) =>
+        Effect.fail(persistenceError(`taking the writer lease of session ${JSON.stringify(id)}`)(error)))
+    ),
+    (held) => lease.release(s.leases, held)
+  )
+
+const headerRow = (s: SqlLayer, id: SessionId) =>
+  Effect.map(s.headerRows(id), (found) => found.find((row) => row.session_id === id))
+
+/** The stored session: its header and its events, decoded by the one codec (DUR-01). */
+const readLog = (s: SqlLayer, id: SessionId) =>
+  Effect.gen(function*() {
+    const row = yield* headerRow(s, id)
+    if (row === undefined) return yield* new SessionError.SessionNotFound({ id })
+    const header = yield* decodeHeader(id, row.header)
+    const events = yield* decodeEvents(id, yield* s.eventRows(id))
+    return { header, events, tornTailDropped: 0 } satisfies StoredSession
+  }).pipe(
+    Effect.catchTag("SqlError", (error) =>
+      Effect.fail(persistenceError(`reading session ${JSON.stringify(id)}`)(error)))
+  )
+
+/** DUR-05: the stored session's size as the file store counts it. */
+const storedBytes = (s: SqlLayer, id: SessionId) =>
+  s.sizeOf(id).pipe(
+    Effect.map((row) => (row.header_bytes ?? 0) + (row.event_bytes ?? 0)),
+    Effect.catchTags({
+      // an aggregate without GROUP BY answers one row, always
+      NoSuchElementException: Effect.die,
+      ParseError: (error) => Effect.fail(malformedRow(`the size of session ${JSON.stringify(id)}`)(error))
+    }),
+    Effect.catchTag("SqlError", (error) =>
+      Effect.fail(persistenceError(`measuring session ${JSON.stringify(id)}`)(error)))
+  )
+
+/**
+ * The batch's rows, encoded and measured in the appending fiber and before the shared transaction
+ * (DUR-04, DUR-05): a batch that cannot be stored fails alone and writes nothing. A batch that is
+ * also misplaced fails `SessionConflict`, as on the other layers (DUR-09).
+ */
+const rowsOf = (
+  s: SqlLayer,
+  id: SessionId,
+  state: WriterState,
+  events: Arr.NonEmptyReadonlyArray<SessionEvent>
+): Either.Either<EncodedBatch, WriteError> => {
+  const refuse = (error: WriteError) =>
+    Either.left(events[0].seq !== state.nextSeq ? conflict(id, events[0].seq, state.nextSeq) : error)
+  const records = recordSize.encodeRecords(events, s.maxEventBytes)
+  if (Either.isLeft(records)) return refuse(records.left)
+  const bytes = recordSize.recordsBytes(records.right)
+  const full = recordSize.overLimit(id, state.bytes, bytes, s.maxSessionBytes)
+  if (full !== undefined) return refuse(full)
+  const encoded = Arr.map(events, (event, i): committer.EventRow => ({
+    session_id: id,
+    seq: event.seq,
+    event_time: event.time,
+    event_type: event.type,
+    record: records.right[i]!
+  }))
+  return Either.right({ rows: encoded, bytes })
+}
+
+/** PERS-02: one batch of the writer, contiguous, handed to the committer (SES-02). */
+const appendSql = (
+  s: SqlLayer,
+  held: lease.Lease,
+  state: WriterState,
+  events: Arr.NonEmptyReadonlyArray<SessionEvent>
+): Effect.Effect<void, WriteError> =>
+  Effect.suspend(() => {
+    const id = held.id
+    if (state.isClosed || state.isLost) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
+    for (let i = 1; i < events.length; i++) {
+      const seq = events[i]!.seq
+      if (seq !== events[0].seq + i) return Effect.fail(conflict(id, seq, events[0].seq + i))
+    }
+    const batch = rowsOf(s, id, state, events)
+    if (Either.isLeft(batch)) return Effect.fail(batch.left)
+    return s.commits.submit(held, batch.right.rows).pipe(
+      Effect.flatMap((length) =>
+        Effect.sync(() => {
+          state.nextSeq = length
+          state.bytes += batch.right.bytes
+        })
+      )
+    )
+  })
+
+/**
+ * PKG-03's rollback of a create: refuses new appends, then deletes the session's rows, only while the
+ * lease is ours (a writer that lost it must not delete its successor's session).
+ */
+const discardSql = (
+  s: SqlLayer,
+  held: lease.Lease,
+  state: WriterState
+): Effect.Effect<void, SessionError.PersistenceError> =>
+  Effect.suspend(() => {
+    if (state.isClosed) return Effect.void
+    state.isClosed = true
+    const { sql } = s
+    const id = held.id
+    return sql.withTransaction(Effect.gen(function*() {
+      const released = yield* sql<{ readonly token: string }>`DELETE FROM effect_agent_leases
+        WHERE session_id = ${id} AND token = ${held.token} RETURNING token`
+      if (released.length === 0) return
+      yield* sql`DELETE FROM effect_agent_events WHERE session_id = ${id}`
+      yield* sql`DELETE FROM effect_agent_sessions WHERE session_id = ${id}`
+    })).pipe(
+      Effect.catchTag("SqlError", (error) =>
+      Effect.fail(persistenceError(`discarding session ${JSON.stringify(id)}`)(error)))
+    )
+  })
+
+/** The writer of one session; appends are serialized (the session's writer fiber batches them, SES-02). */
+const makeWriter = Effect.fnUntraced(function*(
+  s: SqlLayer,
+  held: lease.Lease,
+  start: { readonly nextSeq: number; readonly bytes: number },
+  isCreateMode: boolean
+) {
+  const state: WriterState = { nextSeq: start.nextSeq, bytes: start.bytes, isClosed: false, isLost: false }
+  // one batch of this writer at a time (the committer takes one per writer)
+  const permit = lock.make()
+  yield* lease.keepAlive(s.leases, held, {
+    isClosed: () => state.isClosed,
+    onLost: () => {
+      state.isLost = true
+    }
+  }).pipe(Effect.interruptible, Effect.forkScoped)
+  // Finalizers run in reverse: wait for the batch in flight and refuse new ones, stop renewing, then
+  // release the lease (registered by the caller earlier).
+  yield* Effect.addFinalizer(() => permit.withLock(Effect.sync(() => (state.isClosed = true))))
+  return {
+    // no span per append (as in the file writer): the commit span, linked to its callers, covers it
+    append: (events) => permit.withLock(appendSql(s, held, state, events)),
+    nextSeq: Effect.sync(() => state.nextSeq),
+    // uninterruptible: once it has refused new appends it also deletes the rows (a retry would not)
+    discard: isCreateMode
+      ? permit.withLock(discardSql(s, held, state)).pipe(
+        Effect.uninterruptible,
+        Effect.withSpan("SqlSessionPersistence.discard")
+      )
+      : discardRefused(held.id)
+  } satisfies SessionWriter
+})
+
+/**
+ * PERS-03: a new session's header row and its writer, under its lease. A plain generator that
+ * `create`'s traced body delegates to (`yield*`): no Effect of its own.
+ */
+function* createIn(s: SqlLayer, header: SessionHeader) {
+  const id = header.id
+  yield* assertSessionId(id, "a stored session")
+  const record = headerRecord(header)
+  if (Either.isLeft(decodeHeader(id, record))) {
+    return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
+  }
+  return yield* inWriterScope(Effect.gen(function*() {
+    const held = yield* takeLease(s, id)
+    const now = yield* Clock.currentTimeMillis
+    const inserted = yield* s.sql`INSERT INTO effect_agent_sessions (session_id, header, updated_at)
+      VALUES (${id}, ${record}, ${now}) ON CONFLICT (session_id) DO NOTHING RETURNING session_id`.pipe(
+      Effect.catchTag("SqlError", (error) =>
+        Effect.fail(persistenceError(`creating session ${JSON.stringify(id)}`)(error)))
+    )
+    if (inserted.length === 0) return yield* new SessionError.SessionAlreadyExists({ id })
+    return yield* makeWriter(s, held, { nextSeq: 0, bytes: recordSize.lineBytes(record) }, true)
+  }))
+}
+
+/** The list entry of a row (DUR-08): its summary, or what keeps it from being read. */
+const entryOf = (row: SummaryRow): Effect.Effect<ListEntry> => {
+  const where = `the session row ${JSON.stringify(row.session_id)}`
+  const id = sessionId(row.session_id)
+  if (Either.isLeft(id)) return unreadable(row.session_id, `not a valid session id (${id.left.message})`, where)
+  const header = decodeHeader(id.right, row.header)
+  if (Either.isLeft(header)) return unreadable(row.session_id, header.left.message, where)
+  return Effect.succeed({
+    _tag: "SessionSummary",
+    id: id.right,
+    header: header.right,
+    eventCount: row.event_count,
+    updatedAt: row.updated_at
+  })
+}
+
+/** PERS-03: every stored session, page by page in id order (DUR-08: unreadable rows listed as such). */
+const listIn = (s: SqlLayer): Stream.Stream<ListEntry, SessionError.PersistenceError> =>
+  Stream.paginateChunkEffect(
+    "",
+    (after) =>
+      Effect.map(
+        s.page(after).pipe(
+          Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("listing sessions")(error)))
+        ),
+        (rows): [Chunk.Chunk<SummaryRow>, Option.Option<string>] => {
+          const last = rows[rows.length - 1]
+          return [
+            Chunk.unsafeFromArray(rows),
+            rows.length === LIST_PAGE && last !== undefined ? Option.some(last.session_id) : Option.none()
+          ]
+        }
+      )
+  ).pipe(
+    Stream.mapEffect(entryOf),
+    Stream.withSpan("SqlSessionPersistence.list")
+  )
+
+/**
+ * Deletes this id's own rows (DUR-07: never a header that names another session), holding the lease:
+ * a session that has a writer is refused, and none can open it halfway through.
+ */
+const removeIn = (s: SqlLayer, id: SessionId) =>
+  Effect.scoped(Effect.flatMap(takeLease(s, id), () =>
+    s.sql.withTransaction(Effect.gen(function*() {
+      const row = yield* headerRow(s, id)
+      if (row === undefined) return
+      const named = typeof row.header === "string" ? namedSession(row.header) : undefined
+      if (named !== undefined && named !== id) {
+        return yield* new SessionError.SessionCorrupt({
+          id,
+          line: 1,
+          reason: `its header names session ${JSON.stringify(named)}, so it was not removed`
+        })
+      }
+      yield* s.sql`DELETE FROM effect_agent_events WHERE session_id = ${id}`
+      yield* s.sql`DELETE FROM effect_agent_sessions WHERE session_id = ${id}`
+    })).pipe(
+      Effect.catchTag("SqlError", (error) =>
+      Effect.fail(persistenceError(`removing session ${JSON.stringify(id)}`)(error)))
+    )))
+
+/** The service over the layer's state; each method traced (`Effect.fn`). */
+const serviceOf = (s: SqlLayer) => {
+  const exists = Effect.fn("SqlSessionPersistence.exists")(function*(id: SessionId) {
+    yield* assertSessionId(id, "a stored session")
+    const row = yield* headerRow(s, id).pipe(
+      Effect.catchTag("SqlError", (error) =>
+      Effect.fail(persistenceError(`checking session ${JSON.stringify(id)}`)(error)))
+    )
+    return row !== undefined
+  })
+  return SessionPersistence.of({
+    create: Effect.fn("SqlSessionPersistence.create")(function*(header: SessionHeader) {
+      return yield* createIn(s, header)
+    }),
+    openWrite: Effect.fn("SqlSessionPersistence.openWrite")(function*(id: SessionId) {
+      yield* assertSessionId(id, "a stored session")
+      // Spares a missing id the lease; the read below is the authoritative check.
+      if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
+      return yield* inWriterScope(Effect.gen(function*() {
+        const held = yield* takeLease(s, id)
+        const stored = yield* readLog(s, id)
+        const bytes = yield* storedBytes(s, id)
+        const writer = yield* makeWriter(s, held, { nextSeq: stored.events.length, bytes }, false)
+        return { writer, stored }
+      }))
+    }),
+    read: Effect.fn("SqlSessionPersistence.read")(function*(id: SessionId) {
+      yield* assertSessionId(id, "a stored session")
+      return yield* readLog(s, id)
+    }),
+    list: listIn(s),
+    exists,
+    remove: Effect.fn("SqlSessionPersistence.remove")(function*(id: SessionId) {
+      if (!(yield* exists(id))) return
+      yield* removeIn(s, id)
+    }),
+    // HOST-04: recovery summaries as a query
+    summaries: hostSqlSummary.summaries(s.sql)
+  })
+}
+
 const make = (input: Options | undefined) =>
   Effect.gen(function*() {
     // CORE-08: the options decoded once by their Schema; a bad one fails the layer naming each field
@@ -181,333 +575,19 @@ const make = (input: Options | undefined) =>
         reason: "SqlSessionPersistence runs on SQLite and Postgres clients; this SqlClient is of another dialect"
       })
     }
-    const durability: Durability = options.durability ?? "fsync"
     const ttlMillis = Duration.toMillis(options.leaseTtl ?? Duration.seconds(30))
-    const instanceId = options.instanceId ?? globalThis.crypto.randomUUID()
-    const { maxEventBytes, maxSessionBytes } = options.limits
-    const startTimeOf = options.processStartTime ?? procStartTime
-    const leases: lease.LeaseContext = {
+    const leases = leaseContextOf(options, sql, ttlMillis)
+    yield* prepareDatabase(options, sql, dialect)
+    return serviceOf({
       sql,
-      ttlMillis,
-      holder: `instance ${JSON.stringify(instanceId)} ` +
-        `(process ${process.pid} on host ${JSON.stringify(os.hostname())})`,
-      self: {
-        host: os.hostname(),
-        pid: process.pid,
-        startTime: startTimeOf(process.pid),
-        pidNamespace: procPidNamespace()
-      },
-      probe: {
-        isProcessAlive: options.isProcessAlive ?? isProcessAlive,
-        processStartTime: startTimeOf,
-        inNamespace: procInNamespace
-      }
-    }
-
-    if (options.readOnly === true) {
-      yield* checkReadable(sql)
-    } else {
-      if (dialect === "sqlite") {
-        const level = durability === "fsync" ? "FULL" : "NORMAL"
-        yield* sql.unsafe(`PRAGMA synchronous = ${level}`).pipe(
-          Effect.mapError(persistenceError(`setting PRAGMA synchronous = ${level}`))
-        )
-      }
-      yield* migrate(sql, dialect).pipe(
-        Effect.catchTag("SqlError", (error) =>
-          Effect.fail(persistenceError("migrating the effect-agent tables")(error)))
-      )
-    }
-
-    const takeLease = (id: SessionId) =>
-      Effect.acquireRelease(
-        lease.acquire(leases, id).pipe(
-          Effect.catchTag("SqlError", (error) =>
-            Effect.fail(persistenceError(`taking the writer lease of session ${JSON.stringify(id)}`)(error)))
-        ),
-        (held) => lease.release(leases, held)
-      )
-
-    /**
-     * The header row of `id`, compared in JavaScript too (DUR-07): a database whose collation folds
-     * case would otherwise answer for `ABC` with the row of `abc`.
-     */
-    const headerRows = rows(
-      SqlSchema.findAll({
-        Request: Schema.String,
-        Result: HeaderRow,
-        execute: (id) => sql`SELECT session_id, header FROM effect_agent_sessions WHERE session_id = ${id}`
-      }),
-      (id) => `the header row of session ${JSON.stringify(id)}`
-    )
-    const headerRow = (id: SessionId) => Effect.map(headerRows(id), (found) => found.find((row) => row.session_id === id))
-
-    const eventRows = rows(
-      SqlSchema.findAll({
-        Request: Schema.String,
-        Result: EventRow,
-        execute: (id) => sql`SELECT record FROM effect_agent_events WHERE session_id = ${id} ORDER BY seq`
-      }),
-      (id) => `the event rows of session ${JSON.stringify(id)}`
-    )
-
-    const readLog = (id: SessionId) =>
-      Effect.gen(function*() {
-        const row = yield* headerRow(id)
-        if (row === undefined) return yield* new SessionError.SessionNotFound({ id })
-        const header = yield* decodeHeader(id, row.header)
-        const events = yield* decodeEvents(id, yield* eventRows(id))
-        return { header, events, tornTailDropped: 0 } satisfies StoredSession
-      }).pipe(
-        Effect.catchTag("SqlError", (error) =>
-          Effect.fail(persistenceError(`reading session ${JSON.stringify(id)}`)(error)))
-      )
-
-    // One transaction (one sync) for the batches of every session waiting at that moment (SES-02).
-    const commits = yield* committer.make({ sql, ttlMillis })
-
-    // UTF-8 bytes of a text column, as the file store counts its lines (DUR-05); `CAST … AS BLOB`
-    // rather than `octet_length`, which SQLite has only since 3.43.
-    const octets = sql.literal(dialect === "pg" ? "octet_length" : "length")
-    const asBytes = (column: string) => sql.literal(dialect === "pg" ? column : `CAST(${column} AS BLOB)`)
-
-    /**
-     * A stored session's size as the file store counts it: its header line and its event lines,
-     * summed by the database over the rows (no record crosses the wire again).
-     */
-    const sizeOf = SqlSchema.single({
-      Request: Schema.String,
-      Result: SizeRow,
-      execute: (id) =>
-        sql`SELECT
-            (SELECT ${octets}(${asBytes("header")}) + 1 FROM effect_agent_sessions
-              WHERE session_id = ${id}) AS header_bytes,
-            (SELECT COALESCE(SUM(${octets}(${asBytes("record")}) + 1), 0) FROM effect_agent_events
-              WHERE session_id = ${id}) AS event_bytes`
+      leases,
+      // One transaction (one sync) for the batches of every session waiting at that moment (SES-02).
+      commits: yield* committer.make({ sql, ttlMillis }),
+      maxEventBytes: options.limits.maxEventBytes,
+      maxSessionBytes: options.limits.maxSessionBytes,
+      sizeOf: sizeQuery(sql, dialect),
+      ...statementsOf(sql)
     })
-    const storedBytes = (id: SessionId) =>
-      sizeOf(id).pipe(
-        Effect.map((row) => (row.header_bytes ?? 0) + (row.event_bytes ?? 0)),
-        Effect.catchTags({
-          // an aggregate without GROUP BY answers one row, always
-          NoSuchElementException: Effect.die,
-          ParseError: (error) => Effect.fail(malformedRow(`the size of session ${JSON.stringify(id)}`)(error))
-        }),
-        Effect.catchTag("SqlError", (error) =>
-          Effect.fail(persistenceError(`measuring session ${JSON.stringify(id)}`)(error)))
-      )
-
-    /** The writer of one session; appends are serialized (the session's writer fiber batches them, SES-02). */
-    const makeWriter = Effect.fnUntraced(function*(
-      held: lease.Lease,
-      start: { readonly nextSeq: number; readonly bytes: number },
-      isCreateMode: boolean
-    ) {
-      const id = held.id
-      const state: WriterState = { nextSeq: start.nextSeq, bytes: start.bytes, isClosed: false, isLost: false }
-      // one batch of this writer at a time (the committer takes one per writer)
-      const permit = lock.make()
-
-      yield* lease.keepAlive(leases, held, {
-        isClosed: () => state.isClosed,
-        onLost: () => {
-          state.isLost = true
-        }
-      }).pipe(Effect.interruptible, Effect.forkScoped)
-      // Finalizers run in reverse: wait for the batch in flight and refuse new ones, stop renewing,
-      // then release the lease (registered by the caller earlier).
-      yield* Effect.addFinalizer(() => permit.withLock(Effect.sync(() => (state.isClosed = true))))
-
-      /**
-       * The batch's rows, encoded and measured here, in the appending fiber and before the shared
-       * transaction (DUR-04, DUR-05): a batch that cannot be stored fails alone and writes nothing.
-       * A batch that is also misplaced fails `SessionConflict`, as on the other layers (DUR-09).
-       */
-      const rowsOf = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Either.Either<EncodedBatch, WriteError> => {
-        const refuse = (error: WriteError) =>
-          Either.left(events[0].seq !== state.nextSeq ? conflict(id, events[0].seq, state.nextSeq) : error)
-        const records = recordSize.encodeRecords(events, maxEventBytes)
-        if (Either.isLeft(records)) return refuse(records.left)
-        const bytes = recordSize.recordsBytes(records.right)
-        const full = recordSize.overLimit(id, state.bytes, bytes, maxSessionBytes)
-        if (full !== undefined) return refuse(full)
-        const rows = Arr.map(events, (event, i): committer.EventRow => ({
-          session_id: id,
-          seq: event.seq,
-          event_time: event.time,
-          event_type: event.type,
-          record: records.right[i]!
-        }))
-        return Either.right({ rows, bytes })
-      }
-
-      const append = (events: Arr.NonEmptyReadonlyArray<SessionEvent>): Effect.Effect<void, WriteError> =>
-        permit.withLock(Effect.suspend(() => {
-          if (state.isClosed || state.isLost) return Effect.fail(conflict(id, events[0].seq, state.nextSeq))
-          for (let i = 1; i < events.length; i++) {
-            const seq = events[i]!.seq
-            if (seq !== events[0].seq + i) return Effect.fail(conflict(id, seq, events[0].seq + i))
-          }
-          const batch = rowsOf(events)
-          if (Either.isLeft(batch)) return Effect.fail(batch.left)
-          return commits.submit(held, batch.right.rows).pipe(
-            Effect.flatMap((length) =>
-              Effect.sync(() => {
-                state.nextSeq = length
-                state.bytes += batch.right.bytes
-              })
-            )
-          )
-        }))
-
-      // uninterruptible: once it has refused new appends it also deletes the rows (a retry would not)
-      const discard: Effect.Effect<void, SessionError.PersistenceError> = isCreateMode
-        ? permit.withLock(Effect.suspend(() => {
-          if (state.isClosed) return Effect.void
-          state.isClosed = true
-          return sql.withTransaction(Effect.gen(function*() {
-            // Only while the lease is ours: a writer that lost it must not delete its successor's session.
-            const released = yield* sql<{ readonly token: string }>`DELETE FROM effect_agent_leases
-              WHERE session_id = ${id} AND token = ${held.token} RETURNING token`
-            if (released.length === 0) return
-            yield* sql`DELETE FROM effect_agent_events WHERE session_id = ${id}`
-            yield* sql`DELETE FROM effect_agent_sessions WHERE session_id = ${id}`
-          })).pipe(
-            Effect.catchTag("SqlError", (error) =>
-              Effect.fail(persistenceError(`discarding session ${JSON.stringify(id)}`)(error)))
-          )
-        })).pipe(Effect.uninterruptible, Effect.withSpan("SqlSessionPersistence.discard"))
-        : discardRefused(id)
-
-      return {
-        // no span per append (as in the file writer): the commit span, linked to its callers, covers it
-        append,
-        nextSeq: Effect.sync(() => state.nextSeq),
-        discard
-      } satisfies SessionWriter
-    })
-
-    const exists = Effect.fn("SqlSessionPersistence.exists")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a stored session")
-      const row = yield* headerRow(id).pipe(
-        Effect.catchTag("SqlError", (error) =>
-          Effect.fail(persistenceError(`checking session ${JSON.stringify(id)}`)(error)))
-      )
-      return row !== undefined
-    })
-
-    const create = Effect.fn("SqlSessionPersistence.create")(function*(header: SessionHeader) {
-      const id = header.id
-      yield* assertSessionId(id, "a stored session")
-      const record = headerRecord(header)
-      if (Either.isLeft(decodeHeader(id, record))) {
-        return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
-      }
-      return yield* inWriterScope(Effect.gen(function*() {
-        const held = yield* takeLease(id)
-        const now = yield* Clock.currentTimeMillis
-        const inserted = yield* sql`INSERT INTO effect_agent_sessions (session_id, header, updated_at)
-          VALUES (${id}, ${record}, ${now}) ON CONFLICT (session_id) DO NOTHING RETURNING session_id`.pipe(
-          Effect.catchTag("SqlError", (error) =>
-            Effect.fail(persistenceError(`creating session ${JSON.stringify(id)}`)(error)))
-        )
-        if (inserted.length === 0) return yield* new SessionError.SessionAlreadyExists({ id })
-        return yield* makeWriter(held, { nextSeq: 0, bytes: recordSize.lineBytes(record) }, true)
-      }))
-    })
-
-    const openWrite = Effect.fn("SqlSessionPersistence.openWrite")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a stored session")
-      // Spares a missing id the lease; the read below is the authoritative check.
-      if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
-      return yield* inWriterScope(Effect.gen(function*() {
-        const held = yield* takeLease(id)
-        const stored = yield* readLog(id)
-        const bytes = yield* storedBytes(id)
-        const writer = yield* makeWriter(held, { nextSeq: stored.events.length, bytes }, false)
-        return { writer, stored }
-      }))
-    })
-
-    const read = Effect.fn("SqlSessionPersistence.read")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a stored session")
-      return yield* readLog(id)
-    })
-
-    const page = rows(
-      SqlSchema.findAll({
-        Request: Schema.String,
-        Result: SummaryRow,
-        execute: (after) =>
-          sql`SELECT s.session_id, s.header, s.updated_at,
-              (SELECT COUNT(*) FROM effect_agent_events e WHERE e.session_id = s.session_id) AS event_count
-            FROM effect_agent_sessions s WHERE s.session_id > ${after}
-            ORDER BY s.session_id LIMIT ${LIST_PAGE}`
-      }),
-      () => "a page of sessions"
-    )
-
-    /** The list entry of a row (DUR-08): its summary, or what keeps it from being read. */
-    const entryOf = (row: SummaryRow): Effect.Effect<ListEntry> => {
-      const where = `the session row ${JSON.stringify(row.session_id)}`
-      const id = sessionId(row.session_id)
-      if (Either.isLeft(id)) return unreadable(row.session_id, `not a valid session id (${id.left.message})`, where)
-      const header = decodeHeader(id.right, row.header)
-      if (Either.isLeft(header)) return unreadable(row.session_id, header.left.message, where)
-      return Effect.succeed({
-        _tag: "SessionSummary",
-        id: id.right,
-        header: header.right,
-        eventCount: row.event_count,
-        updatedAt: row.updated_at
-      })
-    }
-
-    const list: Stream.Stream<ListEntry, SessionError.PersistenceError> = Stream.paginateChunkEffect(
-      "",
-      (after) =>
-        Effect.map(
-        page(after).pipe(Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("listing sessions")(error)))),
-        (rows): [Chunk.Chunk<SummaryRow>, Option.Option<string>] => {
-          const last = rows[rows.length - 1]
-          return [
-            Chunk.unsafeFromArray(rows),
-            rows.length === LIST_PAGE && last !== undefined ? Option.some(last.session_id) : Option.none()
-          ]
-        })
-    ).pipe(
-      Stream.mapEffect(entryOf),
-      Stream.withSpan("SqlSessionPersistence.list")
-    )
-
-    const remove = Effect.fn("SqlSessionPersistence.remove")(function*(id: SessionId) {
-      if (!(yield* exists(id))) return
-      // Holding the lease while deleting refuses a session that has a writer, and keeps one from
-      // opening it halfway through.
-      yield* Effect.scoped(Effect.flatMap(takeLease(id), () =>
-        sql.withTransaction(Effect.gen(function*() {
-          // DUR-07: only this id's own rows, and never a header that names another session.
-          const row = yield* headerRow(id)
-          if (row === undefined) return
-          const named = typeof row.header === "string" ? namedSession(row.header) : undefined
-          if (named !== undefined && named !== id) {
-            return yield* new SessionError.SessionCorrupt({
-              id,
-              line: 1,
-              reason: `its header names session ${JSON.stringify(named)}, so it was not removed`
-            })
-          }
-          yield* sql`DELETE FROM effect_agent_events WHERE session_id = ${id}`
-          yield* sql`DELETE FROM effect_agent_sessions WHERE session_id = ${id}`
-        })).pipe(
-          Effect.catchTag("SqlError", (error) =>
-            Effect.fail(persistenceError(`removing session ${JSON.stringify(id)}`)(error)))
-        )))
-    })
-
-    // HOST-04: recovery summaries as a query
-    const summaries = hostSqlSummary.summaries(sql)
-    return SessionPersistence.of({ create, openWrite, read, list, exists, remove, summaries })
   })
 
 /**

@@ -94,3 +94,10 @@ export * as Tool from "./Tool.js"
  * @since 0.2.0
  */
 export * as AgentHost from "./AgentHost.js"
+
+/**
+ * @since 0.2.0
+ */
+export * as Compaction from "./Compaction.js"
+export * as Metrics from "./Metrics.js"
+export * as SessionGateway from "./SessionGateway.js"

@@ -246,7 +246,7 @@ describe("AgentLoop create (PUB)", () => {
     { fastCheck: { numRuns: 10 } }
   )
 
-  it.scoped("create runs in an AgentRegistry.create span: a child of the caller's span, the parent of setup's spans", () =>
+  it.scoped("OBS-01 create runs in an effect-agent.create span: a child of the caller's, the parent of setup's", () =>
     Effect.gen(function*() {
       const rt = yield* makeRuntime([])
       const recording = yield* recordingTracer
@@ -265,9 +265,13 @@ describe("AgentLoop create (PUB)", () => {
       }).pipe(Effect.provide(rt.context), Effect.withTracer(recording.tracer))
       const byName = (name: string) => recording.spans.filter((span) => span.name === name)
       const [caller] = byName("caller")
-      const creates = byName("AgentRegistry.create")
+      // OBS-01 (v2) names the span effect-agent.create (v1: AgentRegistry.create)
+      const creates = byName("effect-agent.create")
       const [setup] = byName("user.setup")
       assert.strictEqual(creates.length, 2)
+      assert.deepStrictEqual(creates.map((span) => span.attributes.get("effect_agent.agent.id")), ["traced", "traced"])
+      assert.isUndefined(creates[0]!.attributes.get("error.type"))
+      assert.strictEqual(creates[1]!.attributes.get("error.type"), "AgentAlreadyExists")
       assert.strictEqual(Option.getOrThrow(creates[0]!.parent), caller)
       assert.strictEqual(Option.getOrThrow(setup!.parent), creates[0])
       assert.deepStrictEqual(creates.map((span) => span.status._tag), ["Ended", "Ended"])
@@ -910,6 +914,8 @@ describe("AgentLoop teardown (LIFE)", () => {
             "AgentSessionStart:a:startup",
             "AgentStatusChanged:a:running",
             "TurnStarted:a",
+            // EVS-02: the partial message the closers logged (interrupted) is announced before the end
+            "AssistantMessage:a",
             "TurnEnded:a:1:aborted",
             "AgentStatusChanged:a:idle",
             "AgentDisposed:a"

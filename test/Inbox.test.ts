@@ -301,11 +301,12 @@ describe("Inbox", () => {
       assert.isTrue(yield* inbox.replace("a" as MessageId, msg("a2")))
       yield* inbox.end
       const streamed = Chunk.toReadonlyArray(yield* Stream.runCollect(stream))
+      // EVS-02: each change carries the seq of its splice (a replace is one splice: both its changes)
       const expected: ReadonlyArray<InboxChange> = [
-        Inbox.InboxChange.Inserted({ target: "next-turn", start: 0, messages: [msg("a")] }),
-        Inbox.InboxChange.Inserted({ target: "next-turn", start: 1, messages: [msg("b")] }),
-        Inbox.InboxChange.Discarded({ target: "next-turn", ids: ["a" as MessageId], outcome: "canceled" }),
-        Inbox.InboxChange.Inserted({ target: "next-turn", start: 0, messages: [msg("a2")] })
+        Inbox.InboxChange.Inserted({ target: "next-turn", start: 0, messages: [msg("a")], seq: 0 }),
+        Inbox.InboxChange.Inserted({ target: "next-turn", start: 1, messages: [msg("b")], seq: 1 }),
+        Inbox.InboxChange.Discarded({ target: "next-turn", ids: ["a" as MessageId], outcome: "canceled", seq: 2 }),
+        Inbox.InboxChange.Inserted({ target: "next-turn", start: 0, messages: [msg("a2")], seq: 2 })
       ]
       assert.deepStrictEqual(yield* changes, expected)
       assert.deepStrictEqual(streamed, expected)
@@ -552,7 +553,9 @@ describe("Inbox", () => {
       assert.deepStrictEqual(yield* lists(inbox), { turn: [], step: ["late", "b2"] })
       assert.deepStrictEqual(["a", "b", "c"].map((id) => inbox.stateOf(id)), ["entered", "canceled", "entered"])
       const last = (yield* changes).at(-1)
-      assert.deepStrictEqual(last, Inbox.InboxChange.Claimed({ turn: 1, messages: [msg("a"), msg("c")] }))
+      // EVS-02: the claim mirrors the step/start of the step its messages entered
+      const seq = claimed.events[2]!.seq
+      assert.deepStrictEqual(last, Inbox.InboxChange.Claimed({ turn: 1, messages: [msg("a"), msg("c")], seq }))
     }))
 
   it.scoped("INB-06 a claim whose guard is false (cancel cause set) writes nothing and returns None", () =>
@@ -644,9 +647,17 @@ describe("Inbox", () => {
         "entered",
         "entered"
       ])
+      // EVS-02: the discard mirrors its splice, the claim the batch's step/start
+      const rejectedSeq = claim[1]!.seq
+      const stepStartSeq = claim.find((e) => e.type === "step/start")!.seq
       assert.deepStrictEqual((yield* changes).slice(before), [
-        Inbox.InboxChange.Discarded({ target: "next-step", ids: ["drop" as MessageId], outcome: "rejected" }),
-        Inbox.InboxChange.Claimed({ turn: 3, messages: [msg("keep"), msg("hook"), msg("used")] })
+        Inbox.InboxChange.Discarded({
+          target: "next-step",
+          ids: ["drop" as MessageId],
+          outcome: "rejected",
+          seq: rejectedSeq
+        }),
+        Inbox.InboxChange.Claimed({ turn: 3, messages: [msg("keep"), msg("hook"), msg("used")], seq: stepStartSeq })
       ])
       // Already accepted ids in a replacement do not enter again.
       const again = yield* inbox.claim({

@@ -119,6 +119,8 @@ describe("driver", () => {
           "AgentStatusChanged",
           "TurnStarted",
           "InboxClaimed",
+          // EVS-02: the step's durable assistant/message is announced before the turn ends
+          "AssistantMessage",
           "TurnEnded"
         ])
       }))

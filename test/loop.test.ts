@@ -547,8 +547,9 @@ describe("loop", () => {
           ["c2", "two"]
         ])
         yield* handle.dispose
+        // EVS-02 (v2): ToolCallFinished follows its durable tool/result, so it comes in the log's order
         const finished = (yield* events).flatMap((e) => e._tag === "ToolCallFinished" ? [e.callId] : [])
-        assert.deepStrictEqual(finished, ["c2", "c1"])
+        assert.deepStrictEqual(finished, ["c1", "c2"])
       }))
 
     it.scoped("TOOL-02 parallel tools run concurrently (default cap 10): each waits until all have started", () =>

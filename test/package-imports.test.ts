@@ -34,7 +34,12 @@ describe("package imports", () => {
         "NodeFileSessionPersistence.ts": (pkg) => isCore(pkg) || isNodeBuiltin(pkg) || pkg === "@effect/platform-node",
         "SqlSessionPersistence.ts": (pkg) => isCore(pkg) || isNodeBuiltin(pkg) || pkg === "@effect/sql",
         // MOD-01: the real-models adapter needs @effect/ai (optional peer) and nothing Node-specific
-        "LanguageModelAdapter.ts": (pkg) => isCore(pkg) || pkg === "@effect/ai"
+        "LanguageModelAdapter.ts": (pkg) => isCore(pkg) || pkg === "@effect/ai",
+        // CLU-01: the cluster module needs @effect/cluster and @effect/rpc (optional peers), nothing Node-specific
+        "Cluster.ts": (pkg) => isCore(pkg) || pkg === "@effect/cluster" || pkg === "@effect/rpc",
+        // HTTP-00/01: the gateway and the HTTP API run on any platform's HttpServer
+        "SessionGateway.ts": isCore,
+        "HttpApi.ts": isCore
       }
       for (const [entry, allowed] of Object.entries(needs)) {
         assert.deepStrictEqual(disallowed(fromSources(entry), allowed), [], entry)

@@ -40,6 +40,7 @@ const cleanCheckout = (dir: string): string => {
     fs.copyFileSync(path.join(root, file), path.join(checkout, file))
   }
   fs.cpSync(path.join(root, "src"), path.join(checkout, "src"), { recursive: true })
+  fs.cpSync(path.join(root, "inspector"), path.join(checkout, "inspector"), { recursive: true })
   fs.symlinkSync(fs.realpathSync(path.join(root, "node_modules")), path.join(checkout, "node_modules"), "dir")
   return checkout
 }
@@ -150,6 +151,9 @@ describe("packaging", () => {
         const published = ["index.js", "index.js.map", "index.d.ts", "index.d.ts.map", "NodeFileSessionPersistence.js"]
         for (const file of published) assert.include(tarball.files, `dist/${file}`)
         assert.include(tarball.files, "package.json")
+        // INS-01: the inspector's page ships as it is in the repository (no build), next to dist/ and src/,
+        // where dist/internal/httpInspector.js looks for it
+        for (const file of fs.readdirSync(path.join(root, "inspector"))) assert.include(tarball.files, `inspector/${file}`)
         assert.isFalse(tarball.files.some((file) => file.startsWith("test/") || file.startsWith("bench/")))
 
         const app = yield* installConsumer(tmp, tarball)
@@ -171,6 +175,10 @@ describe("packaging", () => {
         assert.deepStrictEqual(disallowed(built, isCore), [])
         assert.deepStrictEqual(disallowed(declared, isCore), [])
         assert.isTrue(built.has("effect") && declared.has("effect"))
+
+        const installed = path.join(app, "node_modules", "effect-agent")
+        assert.isTrue(fs.existsSync(path.join(installed, "dist", "internal", "httpInspector.js")))
+        assert.isTrue(fs.existsSync(new URL("../../inspector/index.html", `file://${path.join(installed, "dist", "internal", "httpInspector.js")}`)))
 
         const ran = yield* runQuickStart(app)
         assert.include(ran.stdout, "user: What time is it?")

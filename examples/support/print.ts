@@ -53,12 +53,17 @@ export const describeEvent = (event: AgentEvent.AgentEvent): string => {
       return `turn ${event.turn} started`
     case "ModelDelta":
       return `  model ${event.kind}: ${quote(event.text)}`
+    case "AssistantMessage":
+      return `  assistant message #${event.seq}` +
+        (event.toolCalls.length > 0 ? `, ${event.toolCalls.length} tool call(s)` : "")
     case "ToolCallStarted":
       return `  tool ${event.name} (${event.callId}) started`
     case "ToolCallFinished":
       return `  tool ${event.callId} finished${event.isError ? " with an error" : ""}`
     case "ModelRetry":
       return `  model retry ${event.attempt} after ${event.code} (in ${Duration.format(event.delay)})`
+    case "Compacted":
+      return `  compacted the first ${event.upTo} events into a summary (#${event.seq})`
     case "TurnEnded":
       return `turn ${event.turn} ended: ${reasonText(event.reason)}`
     case "AgentError":

@@ -20,6 +20,7 @@ import type { SessionSummary, UnreadableSession } from "../SessionPersistence.js
 import { CommandFailed, exitCodeOf, UsageError } from "./errors.js"
 import * as inspect from "./inspect.js"
 import { fields, iso, progress, table, writeJson, writeStderr, writeStdout } from "./output.js"
+import * as serve from "./serve.js"
 import * as store from "./store.js"
 import type { Access, Store } from "./store.js"
 
@@ -302,6 +303,16 @@ const rm = Command.make("rm", { ...storeFlags, id: idArg }, ({ id, ...flags }) =
     Command.withDescription("delete a stored session; refused while a writer holds it")
   )
 
+// --- serve (HTTP-04) ---
+
+const serveCommand = Command.make("serve", { ...storeFlags, ...serve.serveFlags }, (flags) =>
+  Effect.scoped(serve.serve(flags)).pipe(Effect.catchAll((error) => fail(flags, error)))).pipe(
+    Command.withDescription(
+      "serve the HTTP API (sessions, messages, Server-Sent Events; OpenAPI at /openapi.json) over the store, " +
+        "until SIGTERM, which drains running turns"
+    )
+  )
+
 // --- The command tree ---
 
 const sessions = Command.make("sessions").pipe(
@@ -312,5 +323,5 @@ const sessions = Command.make("sessions").pipe(
 /** The `effect-agent` command. @internal */
 export const command = Command.make("effect-agent").pipe(
   Command.withDescription("the operator tool of effect-agent"),
-  Command.withSubcommands([sessions])
+  Command.withSubcommands([sessions, serveCommand])
 )

@@ -11,6 +11,7 @@ import { Cause, Effect, Exit, Logger } from "effect"
 import { command } from "./commands.js"
 import { ExitCode } from "./errors.js"
 import { stderrLogger, writeStderr } from "./output.js"
+import { stoppedBySignal } from "./serve.js"
 
 const VERSION = "0.2.0"
 
@@ -32,5 +33,13 @@ const program: Effect.Effect<ExitCode> = cli(process.argv).pipe(
 
 NodeRuntime.runMain(program, {
   disablePrettyLogger: true,
-  teardown: (exit, onExit) => onExit(Exit.isSuccess(exit) && typeof exit.value === "number" ? exit.value : 1)
+  // `serve` stopped by SIGTERM/SIGINT drained and ended as asked (HTTP-04): 0
+  teardown: (exit, onExit) =>
+    onExit(
+      Exit.isSuccess(exit) && typeof exit.value === "number"
+        ? exit.value
+        : Exit.isInterrupted(exit) && stoppedBySignal
+        ? ExitCode.ok
+        : ExitCode.failure
+    )
 })

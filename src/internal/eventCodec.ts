@@ -26,7 +26,8 @@ const coreDataSchemas: { readonly [T in SessionEvent.CoreType]: Schema.Schema<an
   "tool/call": SessionEvent.ToolCallLogged.fields.data,
   "tool/result": SessionEvent.ToolResultLogged.fields.data,
   "turn/end": SessionEvent.TurnEnd.fields.data,
-  "request/config": SessionEvent.RequestConfig.fields.data
+  "request/config": SessionEvent.RequestConfig.fields.data,
+  "session/compacted": SessionEvent.SessionCompacted.fields.data
 }
 
 const coreDataDecoders = Object.fromEntries(
@@ -397,6 +398,9 @@ const isCoreData = (type: SessionEvent.CoreType, d: unknown): boolean => {
       }
       return keyCount(d) === n
     }
+    case "session/compacted":
+      // CMP-01 (format v2)
+      return isNat(d.upTo) && isString(d.summary) && isUsage(d.usage) && keyCount(d) === 3
   }
 }
 

@@ -9,6 +9,12 @@
  * (most agents of a large process are never observed, B2). A feed is one small object: its
  * operations live on the prototype and its streams are built on first use.
  *
+ * A feed counts its open subscriptions (HOST-02: `AgentHost` keeps an agent live while anyone
+ * watches it, however they got the agent). The count is a plain field changed in the synchronous
+ * steps of a subscription's acquire and release, so publishing costs nothing more, and a reader can
+ * check it in the same synchronous step as its own state (a `Ref` would put a yield point between
+ * the two).
+ *
  * @internal
  */
 import { Chunk, Effect, PubSub, Stream, Take } from "effect"
@@ -30,6 +36,14 @@ export interface Feed<A> {
   /** Eager: subscribed before it returns. */
   readonly subscribe: Effect.Effect<Stream.Stream<A>, never, Scope.Scope>
   readonly hasEnded: () => boolean
+  /** How many subscriptions are open now (HOST-02). */
+  readonly subscribers: () => number
+  /**
+   * Runs `listener` in the release of the last open subscription, each time the count falls to 0
+   * (HOST-02: the host notes the activity and looks again at its capacity). One listener per feed;
+   * `undefined` removes it.
+   */
+  readonly onQuiet: (listener: (() => Effect.Effect<void>) | undefined) => void
 }
 
 const streamOf = <A>(pubsub: PubSub.PubSub<Take.Take<A>>): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> =>
@@ -37,6 +51,8 @@ const streamOf = <A>(pubsub: PubSub.PubSub<Take.Take<A>>): Effect.Effect<Stream.
 
 class FeedImpl<A> implements Feed<A> {
   private ended = false
+  private count = 0
+  private quietListener: (() => Effect.Effect<void>) | undefined = undefined
   private pubsub: PubSub.PubSub<Take.Take<A>> | undefined = undefined
   private subscribeEffect: Effect.Effect<Stream.Stream<A>, never, Scope.Scope> | undefined = undefined
   private streamValue: Stream.Stream<A> | undefined = undefined
@@ -74,13 +90,32 @@ class FeedImpl<A> implements Feed<A> {
   get subscribe(): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> {
     return this.subscribeEffect ??= Effect.suspend(() => {
       if (this.ended) return Effect.succeed(Stream.empty)
-      if (this.pubsub !== undefined) return streamOf(this.pubsub)
+      if (this.pubsub !== undefined) return this.counted(this.pubsub)
       // The first subscription makes the PubSub; one made meanwhile by a concurrent first
       // subscription wins (the check and the assignment run in one step) and this one is dropped.
       return Effect.flatMap(PubSub.unbounded<Take.Take<A>>(), (made) => {
         if (this.ended) return Effect.succeed(Stream.empty)
-        return streamOf(this.pubsub ??= made)
+        return this.counted(this.pubsub ??= made)
       })
+    })
+  }
+
+  /** A subscription counted while its Scope is open (HOST-02). */
+  private counted(pubsub: PubSub.PubSub<Take.Take<A>>): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> {
+    return Effect.zipRight(Effect.acquireRelease(this.enter, () => this.leave), streamOf(pubsub))
+  }
+
+  private get enter(): Effect.Effect<void> {
+    return Effect.sync(() => {
+      this.count++
+    })
+  }
+
+  private get leave(): Effect.Effect<void> {
+    return Effect.suspend(() => {
+      this.count--
+      const listener = this.quietListener
+      return this.count === 0 && listener !== undefined ? listener() : Effect.void
     })
   }
 
@@ -91,6 +126,14 @@ class FeedImpl<A> implements Feed<A> {
   hasEnded(): boolean {
     return this.ended
   }
+
+  subscribers(): number {
+    return this.count
+  }
+
+  onQuiet(listener: (() => Effect.Effect<void>) | undefined): void {
+    this.quietListener = listener
+  }
 }
 
 /** @internal */
@@ -98,3 +141,27 @@ export const makeUnsafe = <A>(): Feed<A> => new FeedImpl<A>()
 
 /** @internal */
 export const make = <A>(): Effect.Effect<Feed<A>> => Effect.sync(() => new FeedImpl<A>())
+
+/** The property an agent's own feed is attached under (non-enumerable; not part of `Agent`). */
+const attachedKey: unique symbol = Symbol.for("effect-agent/internal/feed/attached")
+
+/**
+ * Attaches the feed of an object's `events`/`subscribe`/`statusChanges` to it, so that whoever holds
+ * the object can read how many watch it (HOST-02: `AgentLoop` attaches each agent's feed).
+ *
+ * @internal
+ */
+export const attach = <A>(owner: object, feed: Feed<A>): void => {
+  Object.defineProperty(owner, attachedKey, { value: feed })
+}
+
+/** What a holder of an object with an attached feed may do with it: count its watchers. @internal */
+export type Watched = Pick<Feed<never>, "subscribers" | "onQuiet">
+
+/**
+ * The feed attached to `owner` (or to an object it inherits from), if any.
+ *
+ * @internal
+ */
+export const attachedTo = (owner: object): Watched | undefined =>
+  (owner as { readonly [attachedKey]?: Watched | undefined })[attachedKey]

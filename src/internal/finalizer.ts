@@ -9,7 +9,9 @@
  *
  * @internal
  */
+import type { Fiber } from "effect"
 import { Clock, Context, Effect, Exit, FiberRef, RuntimeFlags, Scope, Tracer } from "effect"
+import { errorTypeOf } from "./observability.js"
 
 /**
  * Adds `release` to the current Scope; it runs with the FiberRefs of the fiber that closes it.
@@ -96,14 +98,22 @@ export const extendScope = <A, E, R>(
  *
  * @internal
  */
-export const withSpanLight = (name: string) => <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+export const withSpanLight = (name: string) =>
+<A, E, R>(
+  self: Effect.Effect<A, E, R>,
+  annotate?: ((span: Tracer.Span, fiber: Fiber.RuntimeFiber<unknown, unknown>) => void) | undefined
+): Effect.Effect<A, E, R> =>
   Effect.flatMap(Effect.makeSpan(name, { captureStackTrace: false }), (span) =>
     Effect.withFiberRuntime<A, E, R>((fiber, status) => {
       const previous = fiber.getFiberRef(FiberRef.currentContext)
       const timed = fiber.getFiberRef(FiberRef.currentTracerTimingEnabled)
       const clock = Context.get(fiber.currentDefaultServices, Clock.Clock)
+      // OBS-01: attributes set in place, and `error.type` on a failure (no operation added)
+      if (annotate !== undefined) annotate(span, fiber as Fiber.RuntimeFiber<unknown, unknown>)
       const end = (exit: Exit.Exit<unknown, unknown>): void => {
-        if (span.status._tag !== "Ended") span.end(timed ? clock.unsafeCurrentTimeNanos() : BigInt(0), exit)
+        if (span.status._tag === "Ended") return
+        if (Exit.isFailure(exit)) span.attribute("error.type", errorTypeOf(exit.cause))
+        span.end(timed ? clock.unsafeCurrentTimeNanos() : BigInt(0), exit)
       }
       const around = (effect: Effect.Effect<A, E, R>) =>
         Effect.zipRight(

@@ -61,11 +61,40 @@ const turnEndNote = (data: TurnEndData): UserMessage | undefined => {
 }
 
 /**
- * Adds what `event` contributes to the history, if anything. Returns whether it changed.
+ * The text the summary of a compaction (CMP-01) opens with in the history.
  *
  * @internal
  */
-export const fold = (messages: Array<Message>, event: SessionEvent): boolean => {
+export const summaryPreamble =
+  "[Summary of the earlier conversation: its first turns were compacted to fit the context window. " +
+  "The turns after this summary follow verbatim.]"
+
+/**
+ * The model-visible form of a `session/compacted` event's summary: a `{kind:"system"}` user message
+ * whose id names the event's seq (deterministic, so the history stays a pure function of the log).
+ *
+ * @internal
+ */
+export const summaryMessage = (seq: number, summary: string): UserMessage =>
+  deepFreeze({
+    id: `compacted:${seq}` as MessageId,
+    role: "user" as const,
+    content: [{ type: "text" as const, text: `${summaryPreamble}\n\n${summary}` }],
+    source: { kind: "system" as const }
+  })
+
+interface CompactedData {
+  readonly upTo: number
+  readonly summary: string
+}
+
+/**
+ * What one event other than a compaction contributes (SES-03). A `session/compacted` contributes
+ * nothing here: only the latest compaction of a log counts, and `fold` rebuilds from it.
+ *
+ * @internal
+ */
+export const foldPlain = (messages: Array<Message>, event: SessionEvent): boolean => {
   switch (event.type) {
     case "user/message":
     case "tool/result": {
@@ -90,12 +119,37 @@ export const fold = (messages: Array<Message>, event: SessionEvent): boolean => 
 }
 
 /**
+ * Where a compaction's kept events start in its log: its `upTo`, never past the event itself.
+ *
+ * @internal
+ */
+export const keptFrom = (event: SessionEvent): number => Math.min((event.data as CompactedData).upTo, event.seq)
+
+/**
+ * Adds what `event` contributes to the history, if anything. Returns whether it changed. `log` holds
+ * the log's events up to `event` at least (indexed by seq from its first event's seq): a
+ * `session/compacted` replaces the whole history by its summary followed by what the events from
+ * its `upTo` up to itself contribute (CMP-01, REQ-03), and the events after it then fold as usual.
+ *
+ * @internal
+ */
+export const fold = (messages: Array<Message>, event: SessionEvent, log: ReadonlyArray<SessionEvent>): boolean => {
+  if (event.type !== "session/compacted") return foldPlain(messages, event)
+  messages.length = 0
+  messages.push(summaryMessage(event.seq, (event.data as CompactedData).summary))
+  const base = log.length > 0 ? log[0]!.seq : 0
+  const end = Math.min(event.seq - base, log.length)
+  for (let i = Math.max(keptFrom(event) - base, 0); i < end; i++) foldPlain(messages, log[i]!)
+  return true
+}
+
+/**
  * The history of a whole log, from scratch (used to check the incremental fold, REQ-03).
  *
  * @internal
  */
 export const derive = (events: ReadonlyArray<SessionEvent>): ReadonlyArray<Message> => {
   const out: Array<Message> = []
-  for (const event of events) fold(out, event)
+  for (const event of events) fold(out, event, events)
   return Object.freeze(out)
 }

@@ -7,6 +7,11 @@
  * - `timers`: one idle timer per live agent, keyed by id (HOST-02);
  * - `background`: passivations, the start-up recovery (HOST-04) and the registry-event watcher.
  *
+ * What keeps a live agent from passivating besides work (HOST-02): the subscribers of its own feed
+ * (`agent.events`/`subscribe`/`statusChanges`, however the agent was obtained; read from the feed
+ * `AgentLoop` attaches to it) and the holds of `use`. `eventsFrom` readers (`hostEvents.ts`) read
+ * the session, not the agent: they watch the id's slot and follow it across passivations (EVS-01).
+ *
  * @internal
  */
 import type { Scope as ScopeNs } from "effect"
@@ -31,21 +36,32 @@ import type { AgentEvent } from "../AgentEvent.js"
 import * as AgentHost from "../AgentHost.js"
 import { AgentRegistry } from "../AgentRegistry.js"
 import type { SessionId } from "../Message.js"
+import type { SessionEvent } from "../SessionEvent.js"
 import { sessionId as parseSessionId } from "../Message.js"
 import { SessionPersistence } from "../SessionPersistence.js"
+import * as observability from "./observability.js"
+import * as Feed from "./feed.js"
+import * as hostEvents from "./hostEvents.js"
 import * as recovery from "./hostRecovery.js"
 
 /** A live agent of the host. */
 interface Hosted {
   readonly id: SessionId
   readonly agent: Agent
-  /** What callers get: the agent, with its subscriptions counted (HOST-02). */
+  /**
+   * What callers get: the agent itself when it counts its own subscribers (its feed is attached,
+   * `AgentLoop`'s agents), else a view of it counting the subscriptions made through it (HOST-02).
+   */
   readonly view: Agent
   readonly handle: AgentHandle
   /** Owns the agent (a fork of the host's agents Scope). */
   readonly scope: Scope.CloseableScope
-  /** Live subscriptions through `view`. */
+  /** The agent's own feed, counting every subscriber of the agent (HOST-02). */
+  readonly watched: Feed.Watched | undefined
+  /** Live subscriptions through `view` when the agent has no attached feed. */
   subscribers: number
+  /** Open `use` regions (HOST-02). */
+  holds: number
   /** When the agent last showed activity (an event, a `get`, its last subscriber leaving). */
   lastActive: number
 }
@@ -54,6 +70,7 @@ type Slot =
   | { readonly _tag: "Activating"; readonly done: Deferred.Deferred<Hosted, AgentHost.GetError> }
   | { readonly _tag: "Live"; readonly hosted: Hosted }
   | { readonly _tag: "Passivating"; readonly hosted: Hosted; readonly done: Deferred.Deferred<void> }
+  | { readonly _tag: "Removing"; readonly done: Deferred.Deferred<void> }
 
 interface Settings {
   readonly idleTimeout: Duration.Duration
@@ -80,9 +97,14 @@ const settingsOf = <R>(options: AgentHost.HostOptions<R>): Settings => {
   }
 }
 
+/** Whoever keeps the agent from passivating besides its work: subscribers and holds (HOST-02). */
+const watchers = (hosted: Hosted): number =>
+  hosted.subscribers + hosted.holds + (hosted.watched === undefined ? 0 : hosted.watched.subscribers())
+
 /**
- * The host's view of an agent: the agent itself (prototype), with `events`, `subscribe` and
- * `statusChanges` counting their live subscriptions, which keep it from passivating (HOST-02).
+ * The host's view of an agent that does not count its own subscribers (one from a user's
+ * factory): the agent itself (prototype), with `events`, `subscribe` and `statusChanges` counting
+ * their live subscriptions, which keep it from passivating (HOST-02).
  */
 const viewOf = (hosted: Omit<Hosted, "view">, onQuiet: () => Effect.Effect<void>): Agent => {
   const agent = hosted.agent
@@ -91,7 +113,7 @@ const viewOf = (hosted: Omit<Hosted, "view">, onQuiet: () => Effect.Effect<void>
   })
   const leave = Effect.suspend(() => {
     ;(hosted as Hosted).subscribers--
-    return (hosted as Hosted).subscribers === 0 ? onQuiet() : Effect.void
+    return watchers(hosted as Hosted) === 0 ? onQuiet() : Effect.void
   })
   const counted = Effect.acquireRelease(enter, () => leave)
   const countedStream = <A>(stream: Stream.Stream<A>) => Stream.unwrapScoped(Effect.as(counted, stream))
@@ -100,6 +122,19 @@ const viewOf = (hosted: Omit<Hosted, "view">, onQuiet: () => Effect.Effect<void>
     statusChanges: { get: () => countedStream(agent.statusChanges), enumerable: true },
     subscribe: { get: () => Effect.zipRight(counted, agent.subscribe), enumerable: true }
   }) as Agent
+}
+
+/** The watch of an id by its `eventsFrom` readers (EVS-01). */
+class WatchEntry implements hostEvents.Watch {
+  signal = Deferred.unsafeMake<void>(FiberId.none)
+  readers = 0
+  releasedLength = -1
+  changed(): Deferred.Deferred<void> {
+    return this.signal
+  }
+  released(): number {
+    return this.releasedLength
+  }
 }
 
 /** @internal */
@@ -136,18 +171,69 @@ export const make = <R>(
       Deferred.unsafeDone(previous, Exit.void)
     }
 
+    /**
+     * The ids `eventsFrom` readers watch (EVS-01), while some reader does: a signal completed (and
+     * replaced) at each slot change, and the log length of the last agent released.
+     */
+    const watches = new Map<SessionId, WatchEntry>()
+
+    const notify = (id: SessionId) => {
+      const entry = watches.get(id)
+      if (entry === undefined) return
+      const previous = entry.signal
+      entry.signal = Deferred.unsafeMake<void>(FiberId.none)
+      Deferred.unsafeDone(previous, Exit.void)
+    }
+
+    /** Every slot change goes through these two, so that readers of the id look again. */
+    const setSlot = (id: SessionId, slot: Slot) => {
+      slots.set(id, slot)
+      notify(id)
+    }
+    const deleteSlot = (id: SessionId) => {
+      slots.delete(id)
+      notify(id)
+    }
+
+    const watch = (id: SessionId): Effect.Effect<hostEvents.Watch, never, ScopeNs.Scope> =>
+      Effect.acquireRelease(
+        Effect.sync(() => {
+          let entry = watches.get(id)
+          if (entry === undefined) {
+            entry = new WatchEntry()
+            watches.set(id, entry)
+          }
+          entry.readers++
+          return entry
+        }),
+        (entry) =>
+          Effect.sync(() => {
+            entry.readers--
+            if (entry.readers === 0 && watches.get(id) === entry) watches.delete(id)
+          })
+      )
+
     const touch = (hosted: Hosted, now: number) => {
       hosted.lastActive = now
       if (lru.delete(hosted.id)) lru.set(hosted.id, hosted)
     }
 
-    // HOST-02: idle is status idle, no pending input and no live subscriber of the view
+    // HOST-02: idle is status idle, no pending input, no live subscriber of the agent and no hold
     const isIdle = (hosted: Hosted): Effect.Effect<boolean> =>
-      hosted.subscribers > 0 ? Effect.succeed(false) : Effect.zipWith(
+      watchers(hosted) > 0 ? Effect.succeed(false) : Effect.zipWith(
         hosted.agent.status,
         hosted.agent.inbox.hasPending,
-        (status, pending) => status === "idle" && !pending && hosted.subscribers === 0
+        (status, pending) => status === "idle" && !pending && watchers(hosted) === 0
       )
+
+    /** The last subscriber left or the last hold ended: activity now, and maybe a slot to free. */
+    const quiet = (hosted: Hosted): Effect.Effect<void> =>
+      Effect.flatMap(Clock.currentTimeMillis, (at) =>
+        Effect.sync(() => {
+          hosted.lastActive = at
+          // a capacity waiter may passivate it now (HOST-02)
+          signalFreed()
+        }))
 
     // ---------------------------------------------------------------------------------------------
     // passivation (HOST-02)
@@ -159,7 +245,11 @@ export const make = <R>(
         if (Exit.isFailure(disposed)) {
           yield* Effect.logWarning(`AgentHost: disposing ${hosted.id} failed`, disposed.cause)
         }
+        hosted.watched?.onQuiet(undefined)
         yield* Scope.close(hosted.scope, Exit.void)
+        const entry = watches.get(hosted.id)
+        // EVS-01: a reader still reading an earlier incarnation when the host closes catches up to this
+        if (entry !== undefined) entry.releasedLength = (yield* hosted.agent.session.events).length
       })
 
     /**
@@ -171,20 +261,22 @@ export const make = <R>(
         const slot = slots.get(hosted.id)
         if (slot?._tag !== "Live" || slot.hosted !== hosted) return false
         if (!force && !(yield* isIdle(hosted))) return false
-        // the idle check yields: look again before taking the slot
+        // the idle check yields: look again before taking the slot, in the same step that takes it
+        // (a `use` or a subscriber that came meanwhile keeps the agent, HOST-02)
         const again = slots.get(hosted.id)
         if (again?._tag !== "Live" || again.hosted !== hosted) return false
+        if (!force && watchers(hosted) > 0) return false
         const done = Deferred.unsafeMake<void>(FiberId.none)
-        slots.set(hosted.id, { _tag: "Passivating", hosted, done })
+        setSlot(hosted.id, { _tag: "Passivating", hosted, done })
         lru.delete(hosted.id)
         yield* FiberMap.remove(timers, hosted.id)
         yield* release(hosted)
-        slots.delete(hosted.id)
+        deleteSlot(hosted.id)
         occupied--
         signalFreed()
         yield* Deferred.succeed(done, undefined)
         return true
-      }))
+      })).pipe(observability.hostPassivation(hosted.id, force))
 
     /**
      * The idle timer of a live agent: once it is idle and `idleTimeout` passed since its last
@@ -309,20 +401,17 @@ export const make = <R>(
         }
         const handle = opened.value
         const now = yield* Clock.currentTimeMillis
-        const base = { id, agent: handle.agent, handle, scope, subscribers: 0, lastActive: now }
+        const watched = Feed.attachedTo(handle.agent)
+        const base = { id, agent: handle.agent, handle, scope, watched, subscribers: 0, holds: 0, lastActive: now }
+        const onQuiet = () => quiet(hosted)
         const hosted: Hosted = Object.assign(base, {
-          view: viewOf(base, () =>
-            Effect.flatMap(Clock.currentTimeMillis, (at) =>
-              Effect.sync(() => {
-                base.lastActive = at
-                // its last subscriber left: a capacity waiter may passivate it now (HOST-02)
-                signalFreed()
-              })))
+          view: watched === undefined ? viewOf(base, onQuiet) : handle.agent
         })
+        watched?.onQuiet(onQuiet)
         // HOST-03: what a crash interrupted runs without a new message
         if (settings.wakeOnActivate && wasResumed(handle.agent)) yield* handle.agent.wake
         return hosted
-      })
+      }).pipe(observability.hostActivation(id))
 
     /** The activation's outcome, published to its waiters; the slot is Live or gone afterwards. */
     const settleActivation = (
@@ -336,11 +425,11 @@ export const make = <R>(
           if (closed) {
             // the host began closing while this activation finished: the drain does not know it
             yield* release(hosted)
-            slots.delete(id)
+            deleteSlot(id)
             occupied--
             return yield* Deferred.fail(done, new AgentHost.HostClosed({ id }))
           }
-          slots.set(id, { _tag: "Live", hosted })
+          setSlot(id, { _tag: "Live", hosted })
           lru.set(id, hosted)
           // a new live agent is likely idle: a capacity waiter may passivate it (HOST-02)
           signalFreed()
@@ -348,7 +437,7 @@ export const make = <R>(
           if (canPassivate) yield* FiberMap.run(timers, id, Effect.interruptible(idleTimer(hosted)))
           return yield* Deferred.succeed(done, hosted)
         }
-        slots.delete(id)
+        deleteSlot(id)
         // a failure before the slot was reserved (capacity, closed) took none
         const reservedNone = Exit.isFailure(exit) && Option.exists(
           Cause.failureOption(exit.cause),
@@ -368,7 +457,7 @@ export const make = <R>(
       Effect.gen(function*() {
         const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(settings.activationTimeout)
         const done = Deferred.unsafeMake<Hosted, AgentHost.GetError>(FiberId.none)
-        slots.set(id, { _tag: "Activating", done })
+        setSlot(id, { _tag: "Activating", done })
         // forked from an uninterruptible step: the activation is interruptible (timeout, drain) but
         // always settles its slot
         yield* FiberSet.run(
@@ -400,10 +489,57 @@ export const make = <R>(
             case "Activating":
               return (yield* Deferred.await(slot.done)).view
             case "Passivating":
+            case "Removing":
               yield* Deferred.await(slot.done)
           }
         }
       }).pipe(Effect.withSpan("AgentHost.get"))
+
+    // ---------------------------------------------------------------------------------------------
+    // use (HOST-02)
+
+    /**
+     * The live agent of `key` with a hold taken in the same step that found it Live, activating it
+     * first when needed (the waits are interruptible, the hold is not).
+     */
+    const acquireHold = (key: SessionId, create: AgentHost.CreateOptions | undefined) =>
+      Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          while (true) {
+            if (closed) return yield* new AgentHost.HostClosed({ id: key })
+            const slot = slots.get(key)
+            if (slot === undefined) {
+              const done = yield* startActivation(key, create)
+              yield* restore(Deferred.await(done))
+            } else if (slot._tag === "Live") {
+              slot.hosted.holds++
+              touch(slot.hosted, yield* Clock.currentTimeMillis)
+              return slot.hosted
+            } else if (slot._tag === "Activating") {
+              // then look again: the agent may be passivated before this fiber runs
+              yield* restore(Deferred.await(slot.done))
+            } else {
+              yield* restore(Deferred.await(slot.done)) // passivating or removing: then activate it again
+            }
+          }
+        })
+      )
+
+    const releaseHold = (hosted: Hosted) =>
+      Effect.suspend(() => {
+        hosted.holds--
+        return watchers(hosted) === 0 ? quiet(hosted) : Effect.void
+      })
+
+    const use = <A, E, R>(
+      id: SessionId | string,
+      f: (agent: Agent) => Effect.Effect<A, E, R>,
+      create?: AgentHost.CreateOptions | undefined
+    ): Effect.Effect<A, E | AgentHost.GetError, R> =>
+      Effect.flatMap(
+        Effect.mapError(parseSessionId(id), (error): AgentHost.GetError => error),
+        (key) => Effect.acquireUseRelease(acquireHold(key, create), (hosted) => f(hosted.view), releaseHold)
+      ).pipe(Effect.withSpan("AgentHost.use"))
 
     const passivateById = (id: SessionId | string) =>
       Effect.suspend(() => {
@@ -412,11 +548,77 @@ export const make = <R>(
       }).pipe(Effect.withSpan("AgentHost.passivate"))
 
     // ---------------------------------------------------------------------------------------------
+    // remove, eventsFrom (EVS-01)
+
+    /** Waits until nothing is live or moving for `key`, passivating a live agent. */
+    const settleToAbsent = (key: SessionId) =>
+      Effect.gen(function*() {
+        while (true) {
+          if (closed) return yield* new AgentHost.HostClosed({ id: key })
+          const slot = slots.get(key)
+          if (slot === undefined) return
+          if (slot._tag === "Live") yield* passivate(slot.hosted, true)
+          else if (slot._tag === "Activating") yield* Effect.exit(Deferred.await(slot.done))
+          else yield* Deferred.await(slot.done)
+        }
+      })
+
+    const remove = (id: SessionId | string): Effect.Effect<void, AgentHost.RemoveError> =>
+      Effect.gen(function*() {
+        const key = yield* parseSessionId(id)
+        yield* Effect.uninterruptibleMask((restore) =>
+          Effect.gen(function*() {
+            yield* restore(settleToAbsent(key))
+            // nothing live, and the slot taken in this same step: no activation starts until the
+            // removal settled; readers of the id look again at each change
+            const done = Deferred.unsafeMake<void>(FiberId.none)
+            setSlot(key, { _tag: "Removing", done })
+            const removed = yield* Effect.exit(
+              Option.isSome(persistence) ? persistence.value.remove(key) : Effect.void
+            )
+            deleteSlot(key)
+            Deferred.unsafeDone(done, Exit.void)
+            return yield* removed
+          })
+        )
+      }).pipe(Effect.withSpan("AgentHost.remove"))
+
+    const absent: hostEvents.Look = { _tag: "Absent" }
+    const moving: hostEvents.Look = { _tag: "Moving" }
+    const readerHost: hostEvents.ReaderHost = {
+      isClosed: () => closed,
+      look(id) {
+        const slot = slots.get(id)
+        if (slot === undefined) return absent
+        return slot._tag === "Live" ? { _tag: "Live", session: slot.hosted.agent.session } : moving
+      },
+      watch,
+      persistence
+    }
+
+    const eventsFrom = (id: SessionId | string, seq: number): Stream.Stream<SessionEvent, AgentHost.EventsFromError> =>
+      Stream.unwrap(Effect.suspend((): Effect.Effect<
+        Stream.Stream<SessionEvent, AgentHost.EventsFromError>,
+        AgentHost.EventsFromError
+      > => {
+        const parsed = parseSessionId(id)
+        if (Either.isLeft(parsed)) return Effect.fail(parsed.left)
+        if (closed) return Effect.fail(new AgentHost.HostClosed({ id: parsed.right }))
+        return Effect.succeed(hostEvents.eventsFrom(readerHost, parsed.right, seq))
+      }))
+
+    // ---------------------------------------------------------------------------------------------
     // drain (HOST-05)
+
+    /** Readers waiting for a change look again (and, the host closed, end). */
+    const notifyAll = () => {
+      for (const id of Array.from(watches.keys())) notify(id)
+    }
 
     const drain = Effect.gen(function*() {
       closed = true
       signalFreed()
+      notifyAll()
       yield* FiberSet.clear(activations)
       for (const [id, slot] of slots) {
         if (slot._tag === "Activating") yield* Deferred.fail(slot.done, new AgentHost.HostClosed({ id }))
@@ -434,6 +636,7 @@ export const make = <R>(
       lru.clear()
       slots.clear()
       occupied = 0
+      notifyAll()
     })
     yield* Effect.addFinalizer(() => drain)
 
@@ -455,6 +658,9 @@ export const make = <R>(
 
     return AgentHost.AgentHost.of({
       get,
+      use,
+      eventsFrom,
+      remove,
       passivate: passivateById,
       live: Effect.sync(() => Array.from(lru.keys())),
       recovery: Deferred.await(recovered)

@@ -21,6 +21,7 @@ import type { Lock } from "./lock.js"
 import { makeLight as makeLock } from "./lock.js"
 import * as Feed from "./feed.js"
 import { snapshot } from "./json.js"
+import * as observability from "./observability.js"
 import { core } from "./session.js"
 
 // Built here rather than imported as a value from ../Inbox.js, which imports this module.
@@ -283,12 +284,12 @@ export const validateMessage = (message: unknown): Effect.Effect<UserMessage, Se
 }
 
 /** The notifications of one committed splice: `Discarded` before `Inserted` (INB-02). */
-const changesOf = (data: SpliceData, out: Array<InboxChange>): void => {
+const changesOf = (data: SpliceData, seq: number, out: Array<InboxChange>): void => {
   if (data.removed.length > 0 && (data.outcome === "canceled" || data.outcome === "rejected")) {
-    out.push(Change.Discarded({ target: data.target, ids: data.removed, outcome: data.outcome }))
+    out.push(Change.Discarded({ target: data.target, ids: data.removed, outcome: data.outcome, seq }))
   }
   if (data.inserted.length > 0) {
-    out.push(Change.Inserted({ target: data.target, start: data.start, messages: data.inserted }))
+    out.push(Change.Inserted({ target: data.target, start: data.start, messages: data.inserted, seq }))
   }
 }
 
@@ -365,6 +366,11 @@ export interface InboxInternal extends Inbox {
   readonly subscribe: Effect.Effect<Stream.Stream<InboxChange>, never, Scope.Scope>
   /** Ends `changes` streams (after what was published). */
   readonly end: Effect.Effect<void>
+  /**
+   * OBS-02: stops counting this inbox in `Metrics.inboxDepth` (its agent was torn down): what is
+   * pending leaves the gauge. Idempotent; a no-op for an inbox that was not metered.
+   */
+  readonly unmeter: () => void
 }
 
 /**
@@ -377,6 +383,8 @@ export interface InboxOptions {
   readonly onChange?: ((change: InboxChange) => Effect.Effect<void>) | undefined
   /** The library's own observer, which never writes to the inbox: no CORE-07 guard (B3). */
   readonly trustedObserver?: boolean | undefined
+  /** OBS-02: an agent's inbox, counted in `Metrics.inboxDepth` until `unmeter`. */
+  readonly metered?: boolean | undefined
 }
 
 /**
@@ -393,8 +401,16 @@ interface ObserverGuard {
 
 const guardObserver = (cell: InboxCell, options: InboxOptions | undefined): InboxCell => {
   if (options?.onChange !== undefined && options.trustedObserver !== true) cell.guard = { notifying: 0 }
+  if (options?.metered === true) {
+    // OBS-02: what a replay found pending counts from now on
+    cell.metered = true
+    observability.addInboxDepth(pendingOf(cell.projection))
+  }
   return cell
 }
+
+const pendingOf = (projection: Projection): number =>
+  projection.lists["next-turn"].length + projection.lists["next-step"].length
 
 const notifyGuarded = (
   guard: ObserverGuard,
@@ -449,6 +465,8 @@ class InboxCell {
   stepVersion = -1
   /** Set when a user's observer runs under the lock (CORE-07). */
   guard: ObserverGuard | undefined = undefined
+  /** OBS-02: its splices move `Metrics.inboxDepth` (an agent's inbox, until its teardown). */
+  metered = false
   constructor(
     readonly session: Session,
     readonly sessionCore: ReturnType<typeof core>,
@@ -488,12 +506,20 @@ const commitEvents = (
 ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> =>
   Effect.flatMap(state.sessionCore.appendCore(events), (written) => {
     const changes: Array<InboxChange> = []
+    // EVS-02: a claim mirrors the `step/start` of the step its messages entered
+    let stepStart: number | undefined
+    let depth = 0
     for (const event of written) {
       const reason = state.projection.applyEvent(event)
       if (reason !== undefined) return Effect.dieMessage(`bug: the inbox wrote an invalid event: ${reason}`)
-      if (event.type === "agent/inbox/spliced") changesOf(event.data as SpliceData, changes)
+      if (event.type === "agent/inbox/spliced") {
+        const data = event.data as SpliceData
+        changesOf(data, event.seq, changes)
+        depth += data.inserted.length - data.removed.length
+      } else if (event.type === "step/start") stepStart = event.seq
     }
-    if (claimed !== undefined) changes.push(Change.Claimed(claimed))
+    if (state.metered) observability.addInboxDepth(depth)
+    if (claimed !== undefined) changes.push(Change.Claimed({ ...claimed, seq: stepStart }))
     return Effect.as(publishChanges(state, changes), written)
   })
 
@@ -917,6 +943,12 @@ class InboxImpl implements InboxInternal {
   }
   withLock<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> {
     return lockOf(this.cell).withLock(effect)
+  }
+  unmeter(): void {
+    const cell = this.cell
+    if (!cell.metered) return
+    cell.metered = false
+    observability.addInboxDepth(-pendingOf(cell.projection))
   }
   private pending(): boolean {
     const { lists } = this.cell.projection

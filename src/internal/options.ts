@@ -33,13 +33,25 @@ const show = (u: unknown): string => {
 const actualOf = (issue: ParseResult.ParseIssue): unknown => ("actual" in issue ? issue.actual : undefined)
 
 /**
+ * The issues without the "Expected undefined" of an optional field's `undefined` member when the
+ * field's own schema said what is wrong (a nested options object, e.g. `compaction`).
+ */
+const withoutUndefinedMember = (
+  issues: ReadonlyArray<ParseResult.ArrayFormatterIssue>
+): ReadonlyArray<ParseResult.ArrayFormatterIssue> => {
+  const isUndefinedMember = (issue: ParseResult.ArrayFormatterIssue) => issue.message.startsWith("Expected undefined, actual")
+  const kept = issues.filter((issue) => !isUndefinedMember(issue))
+  return kept.length > 0 ? kept : issues
+}
+
+/**
  * One line per problem, `<path> <problem>`, joined by `; ` (the path is dotted, array indexes in
  * brackets; a problem of the whole value is the message alone).
  *
  * @internal
  */
 export const formatParseError = (error: ParseResult.ParseError): string =>
-  ParseResult.ArrayFormatter.formatErrorSync(error).map((issue) => {
+  withoutUndefinedMember(ParseResult.ArrayFormatter.formatErrorSync(error)).map((issue) => {
     const path = issue.path.reduce<string>(
       (out, key) => typeof key === "number" ? `${out}[${key}]` : out === "" ? String(key) : `${out}.${String(key)}`,
       ""
@@ -108,6 +120,26 @@ export const DurationInput = Schema.transformOrFail(Schema.Unknown, Schema.Durat
 // -------------------------------------------------------------------------------------------------
 // AgentOptions (PUB-10: refused before anything is stored or published)
 
+/** A number in (0, 1]. */
+const Fraction = Schema.Number.pipe(Schema.greaterThan(0), Schema.lessThanOrEqualTo(1))
+
+const NonEmptyString = Schema.String.pipe(Schema.minLength(1))
+
+/** The fields `agent.compact` may override (CMP-01). @internal */
+export const CompactOptionsFields = {
+  keepLastTurns: optionalField(NonNegativeInt, "an integer >= 0"),
+  prompt: optionalField(NonEmptyString, "a non-empty string")
+}
+
+/** `Compaction.Policy` (CMP-01). @internal */
+export const CompactionPolicySchema = Schema.Struct({
+  threshold: optionalField(Fraction, "a number above 0 and at most 1 (a fraction of contextWindow)"),
+  ...CompactOptionsFields,
+  onFailure: optionalField(Schema.Literal("continue", "fail"), `"continue" or "fail"`)
+}).annotations({
+  message: (issue: ParseResult.ParseIssue) => `must be an object (a compaction policy), got ${show(actualOf(issue))}`
+})
+
 /** @internal */
 export const AgentOptionsSchema = Schema.Struct({
   provider: optionalField(Schema.String, "a string"),
@@ -116,7 +148,10 @@ export const AgentOptionsSchema = Schema.Struct({
   system: optionalField(Schema.String, "a string"),
   maxParallelToolCalls: optionalField(PositiveInt, "a positive integer"),
   maxStepsPerTurn: optionalField(PositiveInt, "a positive integer"),
-  maxRequestRetries: optionalField(NonNegativeInt, "an integer >= 0")
+  maxRequestRetries: optionalField(NonNegativeInt, "an integer >= 0"),
+  contextWindow: optionalField(PositiveInt, "a positive integer number of tokens"),
+  // no message override: the policy's own fields name their problems
+  compaction: Schema.optionalWith(Schema.UndefinedOr(CompactionPolicySchema), { exact: true })
 }).annotations(anObject("options"))
 
 const decodeAgentOptionsSchema = Schema.decodeUnknownEither(AgentOptionsSchema, decodeOptions)
@@ -136,6 +171,24 @@ export const decodeAgentOptions = (
   const decoded = decodeAgentOptionsSchema(options)
   return Either.isRight(decoded)
     ? Either.right(options)
+    : Either.left(new InvalidAgentOptions({ reason: formatParseError(decoded.left) }))
+}
+
+const CompactOptionsSchema = Schema.Struct(CompactOptionsFields).annotations(anObject("compact options"))
+const decodeCompactOptionsSchema = Schema.decodeUnknownEither(CompactOptionsSchema, decodeOptions)
+
+/**
+ * The options of an `agent.compact` call, or `InvalidAgentOptions` naming every bad field.
+ *
+ * @internal
+ */
+export const decodeCompactOptions = (
+  options: unknown
+): Either.Either<typeof CompactOptionsSchema.Type, InvalidAgentOptions> => {
+  if (options === undefined) return Either.right({})
+  const decoded = decodeCompactOptionsSchema(options)
+  return Either.isRight(decoded)
+    ? Either.right(decoded.right)
     : Either.left(new InvalidAgentOptions({ reason: formatParseError(decoded.left) }))
 }
 

@@ -8,7 +8,7 @@
  */
 import { Cause, Effect, Either, Exit, Fiber, Option, Scope } from "effect"
 import * as fiberModule from "./fiber.js"
-import type { Array as Arr, Clock, FiberRefs } from "effect"
+import type { Array as Arr, Clock, FiberRefs, Tracer } from "effect"
 import type { Message, SessionId } from "../Message.js"
 import type { Session, SessionPlan } from "../Session.js"
 import * as eventCursor from "./eventCursor.js"
@@ -20,6 +20,7 @@ import { currentInitiatorRef } from "./agentRegistry.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "./feed.js"
 import * as history from "./history.js"
+import * as observability from "./observability.js"
 
 /**
  * What only the inbox, the loop and repair may do with a session (SES-00).
@@ -35,6 +36,8 @@ export interface SessionCore {
   readonly lastTurn: () => number
   /** The turn open at the end of the log, if any. */
   readonly openTurn: () => number | undefined
+  /** The seq of the open turn's `turn/start`, if a turn is open (EVS-02: what `TurnStarted` mirrors). */
+  readonly openTurnSeq: () => number | undefined
   /** The log length at the end of the last closed turn (FORK-01's default boundary). */
   readonly closedLength: () => number
   /** The current length of the log. */
@@ -81,11 +84,17 @@ type AppendExit<A> = Exit.Exit<A, AppendError>
  * (resolves with the array); `resume` completes the caller.
  */
 type Request =
-  | { readonly one: Input; readonly resume: (exit: AppendExit<SessionEvent>) => void }
+  | {
+    readonly one: Input
+    readonly resume: (exit: AppendExit<SessionEvent>) => void
+    /** OBS-01: the caller's span, when a tracer is installed (the commit span's parent). */
+    readonly parent?: Tracer.AnySpan | undefined
+  }
   | {
     readonly one: undefined
     readonly many: Arr.NonEmptyReadonlyArray<Input>
     readonly resume: (exit: AppendExit<Arr.NonEmptyReadonlyArray<SessionEvent>>) => void
+    readonly parent?: Tracer.AnySpan | undefined
   }
 
 /** Whether a writer refused a batch for what it holds (DUR-05), not for a failure to store it. */
@@ -108,14 +117,17 @@ const stamp = (input: Input, seq: number, time: number): SessionEvent =>
 export class TurnState {
   lastTurn = 0
   openTurn: number | undefined = undefined
+  openTurnSeq: number | undefined = undefined
   closedLength = 0
   fold(event: SessionEvent, lengthAfter: number): void {
     if (event.type === "turn/start") {
       const turn = (event.data as { readonly turn: number }).turn
       this.lastTurn = Math.max(this.lastTurn, turn)
       this.openTurn = turn
+      this.openTurnSeq = event.seq
     } else if (event.type === "turn/end") {
       this.openTurn = undefined
+      this.openTurnSeq = undefined
     }
     if (this.openTurn === undefined) this.closedLength = lengthAfter
   }
@@ -155,351 +167,454 @@ export const makeIn = (scope: Scope.Scope, options: MakeOptions): Effect.Effect<
     )
     : makeWith(scope, options, options.refs)
 
+/**
+ * A live session's state record, and its core (SES-00): the log with the model-visible history, the
+ * turn state and the usage folded incrementally; the writer fiber's batches (SES-02). Its core
+ * methods live on the prototype: a session is two small objects, not a closure per method (B2).
+ */
+class SessionState implements SessionCore {
+  /** The committed log (the core's `log()`). */
+  readonly entries: Array<SessionEvent>
+  readonly messages: Array<Message> = []
+  readonly turns = new TurnState()
+  usageSums: usage.Sums | undefined = undefined
+  eventsSnapshot: ReadonlyArray<SessionEvent> | undefined = undefined
+  messagesSnapshot: ReadonlyArray<Message> | undefined = undefined
+  isClosed = false
+  readonly feed = Feed.makeUnsafe<SessionEvent>()
+  // the writer fiber is started by the first append (SES-02: still one per session)
+  writerFiber: Fiber.RuntimeFiber<void> | undefined = undefined
+  /** Set once the writer fiber is being forked (the fork and its record are two operations). */
+  isWriterStarted = false
+  /** Why the writer fiber ended, once it did: every later request fails with it (CORE-01). */
+  writerEnd: Exit.Exit<never, SessionError.SessionAppendError> | undefined = undefined
+  /** The batch the writer took and has not answered yet: failed with the cause if the writer dies. */
+  taken: ReadonlyArray<Request> | undefined = undefined
+  /** Set by `abandon`: the writer answers nobody any more. */
+  isAbandoned = false
+  /**
+   * The next batch: the requests made since the writer last took one. A request joins it until the
+   * writer takes it, so everything made meanwhile — in particular while a write is in flight — goes
+   * out together, in call order (SES-02). There is never more than one waiting batch.
+   */
+  open: Array<Request> | undefined = undefined
+  /** The idle writer's wake-up, while it waits for a batch (or for the close). */
+  wake: ((next: Effect.Effect<void>) => void) | undefined = undefined
+  /** Made when the writer starts (an idle session has none): see `startWriter`. */
+  writerLoop: WriterLoop | undefined = undefined
+  /** SES-04: the close, added to the session's Scope. */
+  readonly close: Effect.Effect<void>
+  /** OBS-01/02: the writer fiber's tracer (commit spans only with a non-default one). */
+  readonly telemetry: observability.Telemetry
+  constructor(
+    readonly id: SessionId,
+    readonly scope: Scope.Scope,
+    readonly writer: SessionWriter | undefined,
+    readonly refs: FiberRefs.FiberRefs,
+    stored: ReadonlyArray<SessionEvent>
+  ) {
+    this.entries = stored.slice()
+    for (let i = 0; i < this.entries.length; i++) {
+      const event = this.entries[i]!
+      history.fold(this.messages, event, this.entries)
+      this.turns.fold(event, i + 1)
+      this.usageSums = usage.add(this.usageSums, event)
+    }
+    this.close = closeOf(this)
+    this.telemetry = observability.fromRefs(refs)
+  }
+  appendCore(events: Arr.NonEmptyReadonlyArray<CoreEventInput>) {
+    return appendCoreEvents(this, events)
+  }
+  lastTurn() {
+    return this.turns.lastTurn
+  }
+  openTurn() {
+    return this.turns.openTurn
+  }
+  openTurnSeq() {
+    return this.turns.openTurnSeq
+  }
+  closedLength() {
+    return this.turns.closedLength
+  }
+  length() {
+    return this.entries.length
+  }
+  log() {
+    return this.entries
+  }
+  sealIfIdle() {
+    if (this.isWriterStarted || this.isClosed) return false
+    this.isClosed = true
+    return true
+  }
+  abandon(reason: string) {
+    this.isAbandoned = true
+    failPending(this, Exit.fail(new SessionError.PersistenceError({ reason })))
+  }
+}
+
+/** What the writer fiber runs, made once when it starts. */
+interface WriterLoop {
+  /** The loop's next step: the waiting batch, else the end after a close, else a wait. */
+  readonly next: () => Effect.Effect<void>
+  /** What a woken writer runs: the loop's next step, evaluated when the writer runs (not at wake-up). */
+  readonly resume: Effect.Effect<void>
+  /** The idle writer's wait for a batch or the close. */
+  readonly waitForWork: Effect.Effect<void>
+  /** The writer fiber's clock, read once. */
+  clock: Clock.Clock | undefined
+}
+
+/** SES-04: the close: a waiting writer ends now, a busy one after writing what was accepted before. */
+const closeOf = (s: SessionState): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    // sealed (`sealIfIdle`) or closed before: the feed ends once (`end` is idempotent)
+    if (s.isClosed) return s.writerFiber === undefined ? s.feed.end : Fiber.await(s.writerFiber)
+    s.isClosed = true
+    if (s.writerFiber === undefined) {
+      // no writer fiber recorded yet (its fork is under way): the requests it has not taken fail
+      // (SES-04), none waits forever; a batch it took already is still answered by it
+      const waiting = s.open
+      s.open = undefined
+      if (waiting !== undefined) {
+        const closed = Exit.fail(new SessionError.SessionClosed({ id: s.id }))
+        for (let i = 0; i < waiting.length; i++) waiting[i]!.resume(closed)
+      }
+      wakeWriter(s)
+      return s.feed.end
+    }
+    // a waiting writer ends now; a busy one after writing what was accepted before the close
+    wakeWriter(s)
+    return Effect.zipRight(Fiber.await(s.writerFiber), s.feed.end)
+  }).pipe(Effect.asVoid, Effect.uninterruptible)
+
+/**
+ * Forks the writer fiber into the session's Scope (CORE-01), on first use, with the isolated FiberRefs
+ * given at construction (neither the builder's nor the first appender's, §6.3). No Queue: a batch is
+ * handed over in `open`. The hot path is plain code between few Effect ops: the write, the
+ * publication, the callers resumed in a loop, and a wait only when nothing is waiting.
+ */
+const startWriter = (s: SessionState): Effect.Effect<void> => {
+  const next = () => nextStep(s)
+  const resume = Effect.suspend(next)
+  // The fiber may yield between `next` and this registration (the scheduler can ask any fiber to
+  // yield before any operation): a request or a close made meanwhile found no `wake` to call, so the
+  // registration looks again before it waits. Only this wait is interruptible (the Scope closing
+  // while nothing waits to be written); a write never is. (No canceler: an interrupted writer's
+  // `wake` is cleared when it ends, `writerEnded`.)
+  const waitForWork = Effect.interruptible(Effect.async<void>((wake) => {
+    if (s.open !== undefined || s.isClosed) return wake(resume)
+    s.wake = wake
+  }))
+  const loop: WriterLoop = { next, resume, waitForWork, clock: undefined }
+  s.writerLoop = loop
+  const body = Effect.uninterruptible(Effect.clockWith((writerClock) => {
+    loop.clock = writerClock
+    return next()
+  }))
+  return Effect.flatMap(fiberModule.forkIn(body, s.scope, s.refs), (fiber) => {
+    s.writerFiber = fiber
+    fiber.addObserver((exit) => writerEnded(s, exit))
+    // the close runs before the Scope interrupts the writer (finalizers run last-added first): what
+    // was accepted before the close is written, later appends fail (SES-04)
+    return Scope.addFinalizer(s.scope, s.close)
+  })
+}
+
+/** The writer loop's next step: the waiting batch, else the end after a close, else a wait (SES-02). */
+const nextStep = (s: SessionState): Effect.Effect<void> => {
+  s.taken = undefined
+  const batch = s.open
+  if (batch !== undefined) {
+    // from here on the batch is the writer's: a later request opens the next one
+    s.open = undefined
+    s.taken = batch
+    return writeBatch(s, batch, s.writerLoop!.next)
+  }
+  // closed with nothing waiting: every request accepted before the close was written
+  if (s.isClosed) return Effect.void
+  return s.writerLoop!.waitForWork
+}
+
+/** Stamps and writes one batch, then commits it and runs `then` (SES-02, DUR-04). */
+const writeBatch = (
+  s: SessionState,
+  batch: ReadonlyArray<Request>,
+  then: () => Effect.Effect<void>
+): Effect.Effect<void> => {
+  // whole milliseconds, as the log stores them (a TestClock may be adjusted by fractions)
+  const time = Math.floor(s.writerLoop!.clock!.unsafeCurrentTimeMillis())
+  const stamped: Array<SessionEvent> = []
+  let seq = s.entries.length
+  for (let i = 0; i < batch.length; i++) {
+    const request = batch[i]!
+    if (request.one !== undefined) stamped.push(stamp(request.one, seq++, time))
+    else for (const input of request.many) stamped.push(stamp(input, seq++, time))
+  }
+  const writer = s.writer
+  if (writer === undefined) return commit(s, batch, stamped, then)
+  const measured = commitMeasure(s, batch, stamped.length, time)
+  // a defect of the writer reaches the callers as a defect; the writer fiber lives on (also when a
+  // persistence implementation throws instead of returning an Effect: suspended)
+  return Effect.matchCauseEffect(
+    Effect.suspend(() => writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)),
+    {
+      onFailure: (cause) => {
+        measured(Exit.failCause(cause))
+        if (s.isAbandoned) return Effect.void
+        // DUR-04 inside a session: a batch of several callers refused for its content (an event over
+        // maxEventBytes, the session over maxSessionBytes) stored nothing, so it is written again
+        // caller by caller, and only the refused caller's append fails.
+        if (batch.length > 1 && isRefusedContent(cause)) return writeEach(s, batch, 0, then)
+        const failed = Exit.failCause(cause)
+        for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
+        return then()
+      },
+      onSuccess: () => {
+        measured(Exit.void)
+        return s.isAbandoned ? Effect.void : commit(s, batch, stamped, then)
+      }
+    }
+  )
+}
+
+/**
+ * OBS-01/02: opens the commit span under the batch's first caller's span (when a tracer is
+ * installed); returns what records the commit's latency and size once the persistence answered.
+ */
+const commitMeasure = (
+  s: SessionState,
+  batch: ReadonlyArray<Request>,
+  size: number,
+  time: number
+): (exit: Exit.Exit<unknown, unknown>) => void => {
+  const span = s.telemetry.tracer === undefined
+    ? undefined
+    : observability.startSpan(s.telemetry, "effect-agent.persistence.commit", batch[0]!.parent, {
+      [observability.attr.sessionId]: s.id,
+      [observability.attr.batchSize]: size
+    })
+  return (exit) => {
+    observability.recordCommit(size, s.writerLoop!.clock!.unsafeCurrentTimeMillis() - time, Exit.isSuccess(exit))
+    observability.endSpan(s.telemetry, span, exit)
+  }
+}
+
+/** Writes the requests of `batch` from `i` on, each as a batch of its own, then `then` (DUR-04). */
+const writeEach = (
+  s: SessionState,
+  batch: ReadonlyArray<Request>,
+  i: number,
+  then: () => Effect.Effect<void>
+): Effect.Effect<void> =>
+  i >= batch.length ? then() : writeBatch(s, [batch[i]!], () => writeEach(s, batch, i + 1, then))
+
+/** Commits a written batch: folded into the log, published (SES-03), then its callers resumed. */
+const commit = (
+  s: SessionState,
+  batch: ReadonlyArray<Request>,
+  stamped: ReadonlyArray<SessionEvent>,
+  then: () => Effect.Effect<void>
+): Effect.Effect<void> => {
+  for (let i = 0; i < stamped.length; i++) {
+    const event = stamped[i]!
+    s.entries.push(event)
+    if (history.fold(s.messages, event, s.entries)) s.messagesSnapshot = undefined
+    s.turns.fold(event, s.entries.length)
+    s.usageSums = usage.add(s.usageSums, event)
+  }
+  s.eventsSnapshot = undefined
+  return Effect.flatMap(s.feed.publishAll(stamped), () => {
+    let k = 0
+    for (let i = 0; i < batch.length; i++) {
+      const request = batch[i]!
+      if (request.one !== undefined) {
+        request.resume(Exit.succeed(stamped[k++]!))
+      } else {
+        const n = request.many.length
+        request.resume(Exit.succeed(stamped.slice(k, k + n) as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>))
+        k += n
+      }
+    }
+    return then()
+  })
+}
+
+/**
+ * The writer fiber ended: interrupted with the Scope, or dead of a defect (a bug in a commit, a
+ * persistence that throws). The callers it had not answered, and every later one, fail with that
+ * cause (a defect) or `SessionClosed`: none waits forever (CORE-01).
+ */
+const writerEnded = (s: SessionState, exit: Exit.Exit<void>): void =>
+  failPending(
+    s,
+    Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)
+      ? Exit.failCause(exit.cause)
+      : Exit.fail(new SessionError.SessionClosed({ id: s.id }))
+  )
+
+/** Fails every caller not answered yet, and every later one, with `failed` (CORE-01, CORE-06). */
+const failPending = (s: SessionState, failed: Exit.Exit<never, SessionError.SessionAppendError>): void => {
+  const end = s.writerEnd ??= failed
+  s.wake = undefined
+  const pending = [...(s.taken ?? []), ...(s.open ?? [])]
+  s.taken = undefined
+  s.open = undefined
+  for (const request of pending) request.resume(end)
+}
+
+/**
+ * `self` after the writer fiber was started (the first append to run starts it). Marked started when
+ * the Effect runs, not when it is built, in one uninterruptible step with the fork: an append built
+ * but never run (a race's loser, interrupted before it started) starts nothing, and one that runs
+ * always leaves a writer behind (SES-02, CORE-01).
+ */
+const withWriter = <A, E>(s: SessionState, self: Effect.Effect<A, E>): Effect.Effect<A, E> => {
+  if (s.isWriterStarted || s.isClosed) return self
+  return Effect.zipRight(ensureWriter(s), self)
+}
+
+/** Forks the writer fiber when it runs, unless it was forked already (or the session closed). */
+const ensureWriter = (s: SessionState): Effect.Effect<void> =>
+  Effect.uninterruptible(Effect.suspend(() => {
+    if (s.isWriterStarted || s.isClosed) return Effect.void
+    s.isWriterStarted = true
+    return startWriter(s)
+  }))
+
+/** Wakes the writer if it waits: it then runs its next step. */
+const wakeWriter = (s: SessionState): void => {
+  const idle = s.wake
+  if (idle === undefined) return
+  s.wake = undefined
+  idle(s.writerLoop!.resume)
+}
+
+/** Hands a validated request to the writer: it joins the waiting batch, or opens one (SES-02). */
+const submit = (s: SessionState, request: Request): void => {
+  if (s.writerEnd !== undefined) return request.resume(s.writerEnd)
+  if (s.isClosed) return request.resume(Exit.fail(new SessionError.SessionClosed({ id: s.id })))
+  if (s.open !== undefined) {
+    s.open.push(request)
+    return
+  }
+  // opened after the start (a writer that ran at once is waiting now): the requests made before the
+  // woken writer runs all join this batch
+  s.open = [request]
+  wakeWriter(s)
+}
+
+/**
+ * OBS-01: `run` with the caller's span when a tracer is installed (it parents the commit span);
+ * without one, no operation is added.
+ */
+const inCallerSpan = <A, E>(
+  s: SessionState,
+  run: (parent: Tracer.AnySpan | undefined) => Effect.Effect<A, E>
+): Effect.Effect<A, E> =>
+  s.telemetry.tracer === undefined
+    ? run(undefined)
+    : Effect.withFiberRuntime((fiber) => run(observability.currentSpanOf(fiber)))
+
+/** SES-01: one custom event, validated (DUR-01) and submitted in the op that suspends the caller. */
+const appendOne = (s: SessionState, event: CustomEventInput): Effect.Effect<SessionEvent, AppendError> =>
+  inCallerSpan(s, (parent) =>
+    withWriter(s, Effect.async<SessionEvent, AppendError>((resume) => {
+      const checked = codec.customInput(event)
+      if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+      submit(s, { one: checked.right, resume, parent })
+    })))
+
+/** SES-01: custom events as one batch, all validated before any is submitted (DUR-01). */
+const appendMany = (
+  s: SessionState,
+  events: Arr.NonEmptyReadonlyArray<CustomEventInput>
+): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError> =>
+  inCallerSpan(s, (parent) =>
+    withWriter(s, Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
+      if (!Array.isArray(events) || events.length === 0) {
+        return resume(
+          Exit.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
+        )
+      }
+      const inputs: Array<Input> = []
+      for (const event of events) {
+        const checked = codec.customInput(event)
+        if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+        inputs.push(checked.right)
+      }
+      submit(s, { one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume, parent })
+    }))
+  )
+
+/** SES-00: core events as one batch (the inbox, the loop, repair). */
+const appendCoreEvents = (
+  s: SessionState,
+  events: Arr.NonEmptyReadonlyArray<CoreEventInput>
+): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError> =>
+  inCallerSpan(s, (parent) =>
+    withWriter(s, Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
+      // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
+      const inputs: Array<Input> = []
+      for (let i = 0; i < events.length; i++) {
+        const checked = codec.coreEvent(events[i]!)
+        if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
+        inputs.push(checked.right)
+      }
+      submit(s, { one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume, parent })
+    }))
+  )
+
+const stateKey: unique symbol = Symbol("effect-agent/Session/state")
+
+/**
+ * The `Session` (SES): a class so that its properties stay fast (V8 keeps an object literal with
+ * accessors in dictionary mode: 0.8 KB per session) and its accessors live on the prototype (B2).
+ * Its functions are own closures, so a detached `session.append` still works.
+ */
+class LiveSession implements Session {
+  readonly id: SessionId
+  readonly firstLiveSeq: number
+  readonly append: Session["append"]
+  readonly appendAll: Session["appendAll"]
+  readonly changes: Session["changes"]
+  readonly subscribe: Session["subscribe"]
+  readonly eventsFrom: Session["eventsFrom"]
+  readonly [stateKey]: SessionState
+  constructor(state: SessionState, readonly header: SessionHeader) {
+    this.id = state.id
+    this.firstLiveSeq = state.entries.length
+    this[stateKey] = state
+    this.append = (event) => appendOne(state, event)
+    this.appendAll = (events) => appendMany(state, events)
+    this.changes = state.feed.stream
+    this.subscribe = state.feed.subscribe
+    this.eventsFrom = (seq) => eventCursor.eventsFrom(this, seq)
+  }
+  get events() {
+    const state = this[stateKey]
+    return Effect.sync(() => (state.eventsSnapshot ??= Object.freeze(state.entries.slice())))
+  }
+  get messages() {
+    const state = this[stateKey]
+    return Effect.sync(() => (state.messagesSnapshot ??= Object.freeze(state.messages.slice())))
+  }
+  /** MOD-06 */
+  get usage() {
+    const state = this[stateKey]
+    return Effect.sync(() => usage.snapshot(state.usageSums))
+  }
+}
+
 /** `makeIn` without a generator: plain code, then the one operation that adds the close to `scope` (B1). */
 const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.FiberRefs): Effect.Effect<Session> =>
   Effect.suspend(() => {
-    const id: SessionId = options.header.id
-    const log: Array<SessionEvent> = options.events.slice()
-    const messages: Array<Message> = []
-    const turns = new TurnState()
-    let usageSums: usage.Sums | undefined
-    for (let i = 0; i < log.length; i++) {
-      const event = log[i]!
-      history.fold(messages, event)
-      turns.fold(event, i + 1)
-      usageSums = usage.add(usageSums, event)
-    }
-    let eventsSnapshot: ReadonlyArray<SessionEvent> | undefined
-    let messagesSnapshot: ReadonlyArray<Message> | undefined
-    let isClosed = false
-
-    const feed = Feed.makeUnsafe<SessionEvent>()
-    // the writer fiber is started by the first append (SES-02: still one per session)
-    let writerFiber: Fiber.RuntimeFiber<void> | undefined
-    /** Set once the writer fiber is being forked (the fork and its record are two operations). */
-    let isWriterStarted = false
-    /** Why the writer fiber ended, once it did: every later request fails with it (CORE-01). */
-    let writerEnd: Exit.Exit<never, SessionError.SessionAppendError> | undefined
-    /** The batch the writer took and has not answered yet: failed with the cause if the writer dies. */
-    let taken: ReadonlyArray<Request> | undefined
-    /** Set by `abandon`: the writer answers nobody any more. */
-    let isAbandoned = false
-    /**
-     * The next batch: the requests made since the writer last took one. A request joins it until
-     * the writer takes it, so everything made meanwhile — in particular while a write is in flight —
-     * goes out together, in call order (SES-02). There is never more than one waiting batch.
-     */
-    let open: Array<Request> | undefined
-    /** The idle writer's wake-up, while it waits for a batch (or for the close). */
-    let wake: ((next: Effect.Effect<void>) => void) | undefined
-    /** What a woken writer runs: the loop's next step, evaluated when the writer runs (not at wake-up). */
-    let resumeWriter: Effect.Effect<void>
-
-    /** Per-session helpers as methods (no per-session named closures to build). */
-    const w = {
-      /**
-       * Forks the writer fiber into the session's Scope (CORE-01), on first use, with the isolated
-       * FiberRefs given at construction (neither the builder's nor the first appender's, §6.3). No
-       * Queue: a batch is handed over in `open`.
-       */
-      startWriter(): Effect.Effect<void> {
-        // The hot path is plain code between few Effect ops: the write, the publication, the
-        // callers resumed in a loop, and a wait only when nothing is waiting. The clock is the
-        // writer fiber's, read once.
-        let clock: Clock.Clock
-
-        /** The loop's next step: the waiting batch, else the end after a close, else a wait. */
-        const next = (): Effect.Effect<void> => {
-          taken = undefined
-          const batch = open
-          if (batch !== undefined) {
-            // from here on the batch is the writer's: a later request opens the next one
-            open = undefined
-            taken = batch
-            return writeBatch(batch)
-          }
-          // closed with nothing waiting: every request accepted before the close was written
-          if (isClosed) return Effect.void
-          return waitForWork
-        }
-        resumeWriter = Effect.suspend(next)
-        // The fiber may yield between `next` and this registration (the scheduler can ask any
-        // fiber to yield before any operation): a request or a close made meanwhile found no
-        // `wake` to call, so the registration looks again before it waits. Only this wait is
-        // interruptible (the Scope closing while nothing waits to be written); a write never is.
-        // (No canceler: an interrupted writer's `wake` is cleared when it ends, `writerEnded`.)
-        const waitForWork = Effect.interruptible(Effect.async<void>((resume) => {
-          if (open !== undefined || isClosed) return resume(resumeWriter)
-          wake = resume
-        }))
-
-        const writeBatch = (batch: ReadonlyArray<Request>, then: () => Effect.Effect<void> = next): Effect.Effect<void> => {
-          // whole milliseconds, as the log stores them (a TestClock may be adjusted by fractions)
-          const time = Math.floor(clock.unsafeCurrentTimeMillis())
-          const stamped: Array<SessionEvent> = []
-          let seq = log.length
-          for (let i = 0; i < batch.length; i++) {
-            const request = batch[i]!
-            if (request.one !== undefined) stamped.push(stamp(request.one, seq++, time))
-            else for (const input of request.many) stamped.push(stamp(input, seq++, time))
-          }
-          const writer = options.writer
-          if (writer === undefined) return commit(batch, stamped, then)
-          // a defect of the writer reaches the callers as a defect; the writer fiber lives on (also
-          // when a persistence implementation throws instead of returning an Effect: suspended)
-          return Effect.matchCauseEffect(
-            Effect.suspend(() => writer.append(stamped as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>)),
-            {
-              onFailure: (cause) => {
-                if (isAbandoned) return Effect.void
-                // DUR-04 inside a session: a batch of several callers refused for its content (an
-                // event over maxEventBytes, the session over maxSessionBytes) stored nothing, so it
-                // is written again caller by caller, and only the refused caller's append fails.
-                if (batch.length > 1 && isRefusedContent(cause)) return writeEach(batch, 0, then)
-                const failed = Exit.failCause(cause)
-                for (let i = 0; i < batch.length; i++) batch[i]!.resume(failed)
-                return then()
-              },
-              onSuccess: () => (isAbandoned ? Effect.void : commit(batch, stamped, then))
-            }
-          )
-        }
-
-        /** Writes the requests of `batch` from `i` on, each as a batch of its own, then `then`. */
-        const writeEach = (
-          batch: ReadonlyArray<Request>,
-          i: number,
-          then: () => Effect.Effect<void>
-        ): Effect.Effect<void> =>
-          i >= batch.length ? then() : writeBatch([batch[i]!], () => writeEach(batch, i + 1, then))
-
-        const commit = (
-          batch: ReadonlyArray<Request>,
-          stamped: ReadonlyArray<SessionEvent>,
-          then: () => Effect.Effect<void>
-        ): Effect.Effect<void> => {
-          for (let i = 0; i < stamped.length; i++) {
-            const event = stamped[i]!
-            log.push(event)
-            if (history.fold(messages, event)) messagesSnapshot = undefined
-            turns.fold(event, log.length)
-            usageSums = usage.add(usageSums, event)
-          }
-          eventsSnapshot = undefined
-          return Effect.flatMap(feed.publishAll(stamped), () => {
-            let k = 0
-            for (let i = 0; i < batch.length; i++) {
-              const request = batch[i]!
-              if (request.one !== undefined) {
-                request.resume(Exit.succeed(stamped[k++]!))
-              } else {
-                const n = request.many.length
-                request.resume(Exit.succeed(stamped.slice(k, k + n) as unknown as Arr.NonEmptyReadonlyArray<SessionEvent>))
-                k += n
-              }
-            }
-            return then()
-          })
-        }
-
-        const body = Effect.uninterruptible(Effect.clockWith((writerClock) => {
-          clock = writerClock
-          return next()
-        }))
-        return Effect.flatMap(fiberModule.forkIn(body, scope, refs), (fiber) => {
-          writerFiber = fiber
-          fiber.addObserver(w.writerEnded)
-          // the close runs before the Scope interrupts the writer (finalizers run last-added
-          // first): what was accepted before the close is written, later appends fail (SES-04)
-          return Scope.addFinalizer(scope, close)
-        })
-      },
-
-      /**
-       * The writer fiber ended: interrupted with the Scope, or dead of a defect (a bug in a commit,
-       * a persistence that throws). The callers it had not answered, and every later one, fail with
-       * that cause (a defect) or `SessionClosed`: none waits forever (CORE-01).
-       */
-      writerEnded(exit: Exit.Exit<void>): void {
-        w.failPending(
-          Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)
-            ? Exit.failCause(exit.cause)
-            : Exit.fail(new SessionError.SessionClosed({ id }))
-        )
-      },
-
-      /** Fails every caller not answered yet, and every later one, with `failed`. */
-      failPending(failed: Exit.Exit<never, SessionError.SessionAppendError>): void {
-        writerEnd ??= failed
-        wake = undefined
-        const pending = [...(taken ?? []), ...(open ?? [])]
-        taken = undefined
-        open = undefined
-        for (const request of pending) request.resume(writerEnd)
-      },
-
-      /**
-       * `self` after the writer fiber was started (the first append to run starts it). Marked
-       * started when the Effect runs, not when it is built, in one uninterruptible step with the
-       * fork: an append built but never run (a race's loser, interrupted before it started) starts
-       * nothing, and one that runs always leaves a writer behind (SES-02, CORE-01).
-       */
-      withWriter<A, E>(self: Effect.Effect<A, E>): Effect.Effect<A, E> {
-        if (isWriterStarted || isClosed) return self
-        return Effect.zipRight(w.ensureWriter(), self)
-      },
-
-      /** Forks the writer fiber when it runs, unless it was forked already (or the session closed). */
-      ensureWriter(): Effect.Effect<void> {
-        return Effect.uninterruptible(Effect.suspend(() => {
-          if (isWriterStarted || isClosed) return Effect.void
-          isWriterStarted = true
-          return w.startWriter()
-        }))
-      },
-
-      /** Wakes the writer if it waits: it then runs its next step. */
-      wakeWriter(): void {
-        const idle = wake
-        if (idle === undefined) return
-        wake = undefined
-        idle(resumeWriter)
-      },
-
-      /** Hands a validated request to the writer: it joins the waiting batch, or opens one. */
-      submit(request: Request): void {
-        if (writerEnd !== undefined) return request.resume(writerEnd)
-        if (isClosed) return request.resume(Exit.fail(new SessionError.SessionClosed({ id })))
-        if (open !== undefined) {
-          open.push(request)
-          return
-        }
-        // opened after the start (a writer that ran at once is waiting now): the requests made
-        // before the woken writer runs all join this batch
-        open = [request]
-        w.wakeWriter()
-      },
-
-      append(event: CustomEventInput): Effect.Effect<SessionEvent, SessionError.SessionAppendError> {
-        // validation and submission in the one op that suspends the caller until the writer resumes it
-        return w.withWriter(Effect.async<SessionEvent, SessionError.SessionAppendError>((resume) => {
-          const checked = codec.customInput(event)
-          if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-          w.submit({ one: checked.right, resume })
-        }))
-      },
-
-      appendAll(
-        events: Arr.NonEmptyReadonlyArray<CustomEventInput>
-      ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
-          if (!Array.isArray(events) || events.length === 0) {
-            return resume(
-              Exit.fail(new SessionError.InvalidEventData({ type: "(batch)", reason: "appendAll needs at least one event" }))
-            )
-          }
-          const inputs: Array<Input> = []
-          for (const event of events) {
-            const checked = codec.customInput(event)
-            if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-            inputs.push(checked.right)
-          }
-          w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
-        }))
-      },
-
-      appendCore(
-        events: Arr.NonEmptyReadonlyArray<CoreEventInput>
-      ): Effect.Effect<Arr.NonEmptyReadonlyArray<SessionEvent>, SessionError.SessionAppendError> {
-        return w.withWriter(Effect.async<Arr.NonEmptyReadonlyArray<SessionEvent>, AppendError>((resume) => {
-          // DUR-01: each event checked by the reader's rules before it is queued; only type and data are read
-          const inputs: Array<Input> = []
-          for (let i = 0; i < events.length; i++) {
-            const checked = codec.coreEvent(events[i]!)
-            if (Either.isLeft(checked)) return resume(Exit.fail(checked.left))
-            inputs.push(checked.right)
-          }
-          w.submit({ one: undefined, many: inputs as unknown as Arr.NonEmptyReadonlyArray<Input>, resume })
-        }))
-      }
-    }
-
-    const close = Effect.suspend(() => {
-      // sealed (`sealIfIdle`) or closed before: the feed ends once (`end` is idempotent)
-      if (isClosed) return writerFiber === undefined ? feed.end : Fiber.await(writerFiber)
-      isClosed = true
-      if (writerFiber === undefined) {
-        // no writer fiber recorded yet (its fork is under way): the requests it has not taken fail
-        // (SES-04), none waits forever; a batch it took already is still answered by it
-        const waiting = open
-        open = undefined
-        if (waiting !== undefined) {
-          const closed = Exit.fail(new SessionError.SessionClosed({ id }))
-          for (let i = 0; i < waiting.length; i++) waiting[i]!.resume(closed)
-        }
-        w.wakeWriter()
-        return feed.end
-      }
-      // a waiting writer ends now; a busy one after writing what was accepted before the close
-      w.wakeWriter()
-      return Effect.zipRight(Fiber.await(writerFiber), feed.end)
-    }).pipe(Effect.asVoid, Effect.uninterruptible)
-
-    const session: Session = {
-      id,
-      header: options.header,
-      firstLiveSeq: log.length,
-      get events() {
-        return Effect.sync(() => (eventsSnapshot ??= Object.freeze(log.slice())))
-      },
-      get messages() {
-        return Effect.sync(() => (messagesSnapshot ??= Object.freeze(messages.slice())))
-      },
-      append(event) {
-        return w.append(event)
-      },
-      appendAll(events) {
-        return w.appendAll(events)
-      },
-      changes: feed.stream,
-      subscribe: feed.subscribe,
-      eventsFrom: (seq) => eventCursor.eventsFrom(session, seq),
-      get usage() {
-        return Effect.sync(() => usage.snapshot(usageSums))
-      }
-    }
-
-    cores.set(session, {
-      appendCore(events) {
-        return w.appendCore(events)
-      },
-      lastTurn() {
-        return turns.lastTurn
-      },
-      openTurn() {
-        return turns.openTurn
-      },
-      closedLength() {
-        return turns.closedLength
-      },
-      length() {
-        return log.length
-      },
-      log() {
-        return log
-      },
-      close,
-      sealIfIdle() {
-        if (isWriterStarted || isClosed) return false
-        isClosed = true
-        return true
-      },
-      abandon(reason) {
-        isAbandoned = true
-        w.failPending(Exit.fail(new SessionError.PersistenceError({ reason })))
-      }
-    })
-    return Effect.as(Scope.addFinalizer(scope, close), session)
+    const state = new SessionState(options.header.id, scope, options.writer, refs, options.events)
+    const session = new LiveSession(state, options.header)
+    cores.set(session, state)
+    return Effect.as(Scope.addFinalizer(scope, state.close), session)
   })
 
 /**

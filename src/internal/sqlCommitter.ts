@@ -36,7 +36,7 @@
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
-import type { Array as Arr, Scope } from "effect"
+import type { Array as Arr, ParseResult, Scope } from "effect"
 import * as SqlSchema from "@effect/sql/SqlSchema"
 import { Cause, Clock, Context, Effect, Exit, Fiber, Option, Queue, Schema, Tracer } from "effect"
 import type { SessionId } from "../Message.js"
@@ -107,8 +107,214 @@ const describe = (cause: Cause.Cause<unknown>): string => {
   return failure instanceof Error ? failure.message : String(failure)
 }
 
+/** A query answering sessions' stored lengths, its rows decoded by `SqlSchema` (CORE-09). */
+type LengthQuery<I> = (
+  request: I
+) => Effect.Effect<ReadonlyArray<typeof LengthRow.Type>, SqlError | ParseResult.ParseError>
+
+/** The committer's state record: its client, its queue of batches, and its prepared statements. */
+interface CommitterState {
+  readonly sql: SqlClient
+  readonly ttlMillis: number
+  readonly queue: Queue.Queue<Pending | typeof STOP>
+  isClosed: boolean
+  readonly findStoredLengths: LengthQuery<ReadonlyArray<string>>
+  /** Renews the leases still holding our tokens; answers those sessions' stored lengths. */
+  readonly renewOurs: LengthQuery<{
+    readonly now: number
+    readonly leases: ReadonlyArray<{ readonly id: string; readonly token: string }>
+  }>
+}
+
+/** The stored lengths of sessions (one index seek each). */
+const storedLengths = (s: CommitterState, ids: ReadonlyArray<SessionId>) =>
+  s.findStoredLengths(ids).pipe(
+    Effect.map((rows) => new Map(rows.map((row) => [row.session_id, row.next_seq]))),
+    Effect.catchTag("ParseError", (error) => Effect.fail(malformedRow("the stored lengths of sessions")(error)))
+  )
+
+/** Inserts rows in statements bounded by row count and by text. */
+const insertRows = (s: CommitterState, rows: ReadonlyArray<EventRow>): Effect.Effect<void, SqlError> =>
+  Effect.suspend(() => {
+    const sql = s.sql
+    const statements: Array<Effect.Effect<unknown, SqlError>> = []
+    let start = 0
+    let text = 0
+    for (let i = 0; i < rows.length; i++) {
+      const size = rows[i]!.record.length
+      if (i > start && (i - start === INSERT_CHUNK || text + size > INSERT_TEXT)) {
+        statements.push(sql`INSERT INTO effect_agent_events ${sql.insert(rows.slice(start, i))}`)
+        start = i
+        text = 0
+      }
+      text += size
+    }
+    if (start < rows.length) statements.push(sql`INSERT INTO effect_agent_events ${sql.insert(rows.slice(start))}`)
+    return Effect.forEach(statements, (statement) => statement, { discard: true })
+  })
+
 /**
- * Starts the committer in the current Scope (the layer's).
+ * PERS-02: one outcome per batch, in order: a batch whose lease is ours and whose first seq is the
+ * stored length is written; the others fail `SessionConflict` (with the stored length) and write nothing.
+ */
+const outcomesOf = (
+  batch: ReadonlyArray<Pending>,
+  stored: ReadonlyMap<string, number>,
+  lengths: ReadonlyMap<string, number>
+) => {
+  const outcomes: Array<Outcome> = []
+  const written: Array<SessionId> = []
+  const rows: Array<EventRow> = []
+  for (const { held: { id }, rows: own } of batch) {
+    const length = stored.get(id)
+    if (length === undefined || own[0].seq !== length) {
+      outcomes.push(Exit.fail(conflict(id, own[0].seq, length ?? lengths.get(id) ?? 0)))
+      continue
+    }
+    for (const row of own) rows.push(row)
+    written.push(id)
+    outcomes.push(Exit.succeed(length + own.length))
+  }
+  return { outcomes, written, rows }
+}
+
+/** Writes `batch` in the current transaction; one outcome per batch, in order. */
+const write = (s: CommitterState, batch: ReadonlyArray<Pending>): Effect.Effect<Array<Outcome>, SqlError> =>
+  Effect.gen(function*() {
+    const now = yield* Clock.currentTimeMillis
+    // Renews the leases still holding our tokens and reads those sessions' stored lengths, one index
+    // seek each (a GROUP BY over the events would read every row of each session).
+    const ours = yield* s.renewOurs({ now, leases: batch.map(({ held }) => held) }).pipe(
+      Effect.catchTag("ParseError", (error) => Effect.fail(malformedRow("the renewed leases")(error)))
+    )
+    const stored = new Map<string, number>()
+    for (const row of ours) stored.set(row.session_id, row.next_seq)
+    // Only a writer that lost its lease gets here (rare): its error states the stored length too.
+    const lost = batch.filter(({ held }) => !stored.has(held.id)).map(({ held }) => held.id)
+    const lengths = lost.length === 0 ? new Map<string, number>() : yield* storedLengths(s, lost)
+    const { outcomes, rows, written } = outcomesOf(batch, stored, lengths)
+    yield* insertRows(s, rows)
+    if (written.length > 0) {
+      yield* s.sql`UPDATE effect_agent_sessions SET updated_at = ${now}
+        WHERE ${s.sql.in("session_id", written)}`
+    }
+    return outcomes
+  })
+
+const persistenceErrorOf = (pending: Pending, error: SqlError) =>
+  persistenceError(`appending to session ${JSON.stringify(pending.held.id)}`)(error)
+
+const failed = (pending: Pending) => (error: SqlError): Outcome => Exit.fail(persistenceErrorOf(pending, error))
+
+/**
+ * Each batch in a savepoint of its own (DUR-04): a statement that fails, or dies, on one session's
+ * batch fails only that batch (rolled back to its savepoint), with its own cause.
+ */
+const writeEach = (s: CommitterState, batch: ReadonlyArray<Pending>) =>
+  Effect.forEach(batch, (pending) =>
+    Effect.map(Effect.exit(s.sql.withTransaction(write(s, [pending]))), (exit): Outcome =>
+      Exit.isSuccess(exit)
+        ? exit.value[0]!
+        : Exit.failCause(Cause.map(exit.cause, (error) => persistenceErrorOf(pending, error)))))
+
+/** Answers every batch of a transaction that failed: nothing of it was committed. */
+const refuseTransaction = (batch: ReadonlyArray<Pending>, cause: Cause.Cause<unknown>): void => {
+  // Nothing of this transaction was committed, whatever its savepoints said.
+  const refused = Exit.fail(
+    new SessionError.PersistenceError({
+      reason: `committing the appends of ${batch.length} session(s): ${describe(cause)}`,
+      cause: Cause.squash(cause)
+    })
+  )
+  for (const pending of batch) pending.resume(refused)
+}
+
+/** One transaction for the batches (PERS-04: acknowledged when committed), in one span linked to the appends. */
+const commit = (s: CommitterState, batch: Array<Pending>): Effect.Effect<void> => {
+  batch.sort(bySession)
+  let events = 0
+  const links: Array<Tracer.SpanLink> = []
+  for (const pending of batch) {
+    events += pending.rows.length
+    if (Option.isSome(pending.span)) links.push({ _tag: "SpanLink", span: pending.span.value, attributes: {} })
+  }
+  const sql = s.sql
+  // A statement that fails rolls its transaction (or savepoint) back before it is answered.
+  const run = batch.length === 1
+    ? sql.withTransaction(write(s, batch)).pipe(
+      Effect.catchTag("SqlError", (error) => Effect.succeed([failed(batch[0]!)(error)]))
+    )
+    : sql.withTransaction(sql.withTransaction(write(s, batch)).pipe(Effect.catchAllCause(() => writeEach(s, batch))))
+  return run.pipe(
+    Effect.exit,
+    Effect.map((exit) => {
+      if (Exit.isSuccess(exit)) {
+        for (let i = 0; i < batch.length; i++) batch[i]!.resume(exit.value[i]!)
+        return
+      }
+      refuseTransaction(batch, exit.cause)
+    }),
+    Effect.withSpan("SqlSessionPersistence.commit", {
+      root: true,
+      links,
+      attributes: { "effect_agent.sessions": batch.length, "effect_agent.events": events }
+    })
+  )
+}
+
+/** Answers every batch of a commit that died (an answer already given stays: a resume counts once). */
+const refuseAll = (batch: ReadonlyArray<Pending>, cause: Cause.Cause<unknown>): void => {
+  const refused = Exit.fail(
+    new SessionError.PersistenceError({
+      reason: `committing the appends of ${batch.length} session(s) failed unexpectedly: ${describe(cause)}`,
+      cause: Cause.squash(cause)
+    })
+  )
+  for (const pending of batch) pending.resume(refused)
+}
+
+const closed = (id: SessionId): Outcome =>
+  Exit.fail(
+    new SessionError.PersistenceError({
+      reason: `appending to session ${JSON.stringify(id)}: the SqlSessionPersistence layer was closed`
+    })
+  )
+
+/**
+ * One commit of whatever is waiting; whether to go on (`false` once `stop` was taken). The committer is
+ * never interrupted, so no batch it took can be dropped: closing refuses new batches, then queues
+ * `stop` behind the last accepted one and waits until all are committed.
+ */
+const round = (s: CommitterState) =>
+  Effect.gen(function*() {
+    const first = yield* Queue.take(s.queue)
+    if (first === STOP) return false
+    // lets the fibers woken by the previous commit hand in their next batches first
+    yield* Effect.yieldNow()
+    const batch = [first]
+    let stopping = false
+    for (const next of yield* Queue.takeUpTo(s.queue, MAX_SESSIONS - 1)) {
+      if (next === STOP) stopping = true
+      else batch.push(next)
+    }
+    // CORE-01: a defect outside the transaction (a tracer, a callback) must not kill the loop and leave
+    // this batch and every later one waiting forever: its callers get the failure
+    yield* Effect.catchAllCause(commit(s, batch), (cause) => Effect.sync(() => refuseAll(batch, cause)))
+    return !stopping
+  })
+
+/** Hands one session's batch to the committer and waits, uninterruptibly, for its answer. */
+const submit = (s: CommitterState, held: Lease, rows: Arr.NonEmptyReadonlyArray<EventRow>) =>
+  Effect.withFiberRuntime<number, WriteError>((fiber) => {
+    const span = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
+    return Effect.async<number, WriteError>((resume) => {
+      if (s.isClosed) return resume(closed(held.id))
+      s.queue.unsafeOffer({ held, rows, span, resume })
+    })
+  }).pipe(Effect.uninterruptible)
+
+/**
+ * Starts the committer in the current Scope (the layer's, CORE-01).
  *
  * @internal
  */
@@ -118,199 +324,41 @@ export const make = (options: {
 }): Effect.Effect<Committer, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { sql, ttlMillis } = options
-    const queue = yield* Queue.unbounded<Pending | typeof STOP>()
-    let isClosed = false
-
-    // CORE-09: rows decoded by SqlSchema; a row of another shape is the statement's SqlError
-    const findStoredLengths = SqlSchema.findAll({
-      Request: Schema.Array(Schema.String),
-      Result: LengthRow,
-      execute: (ids) =>
-        sql`SELECT s.session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
-            WHERE e.session_id = s.session_id) AS next_seq
-          FROM effect_agent_sessions s WHERE ${sql.in("s.session_id", ids)}`
-    })
-    const storedLengths = (ids: ReadonlyArray<SessionId>) =>
-      findStoredLengths(ids).pipe(
-        Effect.map((rows) => new Map(rows.map((row) => [row.session_id, row.next_seq]))),
-        Effect.catchTag("ParseError", (error) => Effect.fail(malformedRow("the stored lengths of sessions")(error)))
-      )
-
-    /** Renews the leases still holding our tokens; answers those sessions' stored lengths. */
-    const renewOurs = SqlSchema.findAll({
-      Request: Schema.Struct({ now: Schema.Number, leases: Schema.Array(Schema.Struct({ id: Schema.String, token: Schema.String })) }),
-      Result: LengthRow,
-      execute: ({ leases, now }) =>
-        sql`UPDATE effect_agent_leases SET expires_at = ${now + ttlMillis}
-          WHERE ${sql.or(leases.map(({ id, token }) => sql`(session_id = ${id} AND token = ${token})`))}
-          RETURNING session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
-            WHERE e.session_id = effect_agent_leases.session_id) AS next_seq`
-    })
-
-    /** Inserts rows in statements bounded by row count and by text. */
-    const insertRows = (rows: ReadonlyArray<EventRow>): Effect.Effect<void, SqlError> =>
-      Effect.suspend(() => {
-        const statements: Array<Effect.Effect<unknown, SqlError>> = []
-        let start = 0
-        let text = 0
-        for (let i = 0; i < rows.length; i++) {
-          const size = rows[i]!.record.length
-          if (i > start && (i - start === INSERT_CHUNK || text + size > INSERT_TEXT)) {
-            statements.push(sql`INSERT INTO effect_agent_events ${sql.insert(rows.slice(start, i))}`)
-            start = i
-            text = 0
-          }
-          text += size
-        }
-        if (start < rows.length) statements.push(sql`INSERT INTO effect_agent_events ${sql.insert(rows.slice(start))}`)
-        return Effect.forEach(statements, (statement) => statement, { discard: true })
-      })
-
-    /** Writes `batch` in the current transaction; one outcome per batch, in order. */
-    const write = (batch: ReadonlyArray<Pending>): Effect.Effect<Array<Outcome>, SqlError> =>
-      Effect.gen(function*() {
-        const now = yield* Clock.currentTimeMillis
-        // Renews the leases still holding our tokens and reads those sessions' stored lengths, one
-        // index seek each (a GROUP BY over the events would read every row of each session).
-        const ours = yield* renewOurs({ now, leases: batch.map(({ held }) => held) }).pipe(
-          Effect.catchTag("ParseError", (error) => Effect.fail(malformedRow("the renewed leases")(error)))
-        )
-        const stored = new Map<string, number>()
-        for (const row of ours) stored.set(row.session_id, row.next_seq)
-        // Only a writer that lost its lease gets here (rare): its error states the stored length too.
-        const lost = batch.filter(({ held }) => !stored.has(held.id)).map(({ held }) => held.id)
-        const lengths = lost.length === 0 ? new Map<string, number>() : yield* storedLengths(lost)
-
-        const outcomes: Array<Outcome> = []
-        const written: Array<SessionId> = []
-        const rows: Array<EventRow> = []
-        for (const { held: { id }, rows: own } of batch) {
-          const length = stored.get(id)
-          if (length === undefined || own[0].seq !== length) {
-            outcomes.push(Exit.fail(conflict(id, own[0].seq, length ?? lengths.get(id) ?? 0)))
-            continue
-          }
-          for (const row of own) rows.push(row)
-          written.push(id)
-          outcomes.push(Exit.succeed(length + own.length))
-        }
-        yield* insertRows(rows)
-        if (written.length > 0) {
-          yield* sql`UPDATE effect_agent_sessions SET updated_at = ${now}
-            WHERE ${sql.in("session_id", written)}`
-        }
-        return outcomes
-      })
-
-    const persistenceErrorOf = (pending: Pending, error: SqlError) =>
-      persistenceError(`appending to session ${JSON.stringify(pending.held.id)}`)(error)
-
-    const failed = (pending: Pending) => (error: SqlError): Outcome => Exit.fail(persistenceErrorOf(pending, error))
-
-    /**
-     * Each batch in a savepoint of its own (DUR-04): a statement that fails, or dies, on one
-     * session's batch fails only that batch (rolled back to its savepoint), with its own cause.
-     */
-    const writeEach = (batch: ReadonlyArray<Pending>) =>
-      Effect.forEach(batch, (pending) =>
-        Effect.map(Effect.exit(sql.withTransaction(write([pending]))), (exit): Outcome =>
-          Exit.isSuccess(exit)
-            ? exit.value[0]!
-            : Exit.failCause(Cause.map(exit.cause, (error) => persistenceErrorOf(pending, error)))))
-
-    const commit = (batch: Array<Pending>): Effect.Effect<void> => {
-      batch.sort(bySession)
-      let events = 0
-      const links: Array<Tracer.SpanLink> = []
-      for (const pending of batch) {
-        events += pending.rows.length
-        if (Option.isSome(pending.span)) links.push({ _tag: "SpanLink", span: pending.span.value, attributes: {} })
-      }
-      // A statement that fails rolls its transaction (or savepoint) back before it is answered.
-      const run = batch.length === 1
-        ? sql.withTransaction(write(batch)).pipe(
-          Effect.catchTag("SqlError", (error) => Effect.succeed([failed(batch[0]!)(error)]))
-        )
-        : sql.withTransaction(sql.withTransaction(write(batch)).pipe(Effect.catchAllCause(() => writeEach(batch))))
-      return run.pipe(
-        Effect.exit,
-        Effect.map((exit) => {
-          if (Exit.isSuccess(exit)) {
-            for (let i = 0; i < batch.length; i++) batch[i]!.resume(exit.value[i]!)
-            return
-          }
-          // Nothing of this transaction was committed, whatever its savepoints said.
-          const refused = Exit.fail(
-            new SessionError.PersistenceError({
-              reason: `committing the appends of ${batch.length} session(s): ${describe(exit.cause)}`,
-              cause: Cause.squash(exit.cause)
-            })
-          )
-          for (const pending of batch) pending.resume(refused)
+    const s: CommitterState = {
+      sql,
+      ttlMillis,
+      queue: yield* Queue.unbounded<Pending | typeof STOP>(),
+      isClosed: false,
+      // CORE-09: rows decoded by SqlSchema; a row of another shape is the statement's SqlError
+      findStoredLengths: SqlSchema.findAll({
+        Request: Schema.Array(Schema.String),
+        Result: LengthRow,
+        execute: (ids) =>
+          sql`SELECT s.session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
+              WHERE e.session_id = s.session_id) AS next_seq
+            FROM effect_agent_sessions s WHERE ${sql.in("s.session_id", ids)}`
+      }),
+      renewOurs: SqlSchema.findAll({
+        Request: Schema.Struct({
+          now: Schema.Number,
+          leases: Schema.Array(Schema.Struct({ id: Schema.String, token: Schema.String }))
         }),
-        Effect.withSpan("SqlSessionPersistence.commit", {
-          root: true,
-          links,
-          attributes: { "effect_agent.sessions": batch.length, "effect_agent.events": events }
-        })
-      )
+        Result: LengthRow,
+        execute: ({ leases, now }) =>
+          sql`UPDATE effect_agent_leases SET expires_at = ${now + ttlMillis}
+            WHERE ${sql.or(leases.map(({ id, token }) => sql`(session_id = ${id} AND token = ${token})`))}
+            RETURNING session_id, (SELECT COALESCE(MAX(e.seq) + 1, 0) FROM effect_agent_events e
+              WHERE e.session_id = effect_agent_leases.session_id) AS next_seq`
+      })
     }
-
-    /** Answers every batch of a commit that died (an answer already given stays: a resume counts once). */
-    const refuseAll = (batch: ReadonlyArray<Pending>, cause: Cause.Cause<unknown>): void => {
-      const refused = Exit.fail(
-        new SessionError.PersistenceError({
-          reason: `committing the appends of ${batch.length} session(s) failed unexpectedly: ${describe(cause)}`,
-          cause: Cause.squash(cause)
-        })
-      )
-      for (const pending of batch) pending.resume(refused)
-    }
-
-    const closed = (id: SessionId): Outcome =>
-      Exit.fail(
-        new SessionError.PersistenceError({
-          reason: `appending to session ${JSON.stringify(id)}: the SqlSessionPersistence layer was closed`
-        })
-      )
-
-    // The committer is never interrupted, so no batch it took can be dropped: closing refuses new
-    // batches, then queues `stop` behind the last accepted one and waits until all are committed.
-    /** One commit of whatever is waiting; whether to go on (`false` once `stop` was taken). */
-    const round = Effect.gen(function*() {
-      const first = yield* Queue.take(queue)
-      if (first === STOP) return false
-      // lets the fibers woken by the previous commit hand in their next batches first
-      yield* Effect.yieldNow()
-      const batch = [first]
-      let stopping = false
-      for (const next of yield* Queue.takeUpTo(queue, MAX_SESSIONS - 1)) {
-        if (next === STOP) stopping = true
-        else batch.push(next)
-      }
-      // CORE-01: a defect outside the transaction (a tracer, a callback) must not kill the loop and
-      // leave this batch and every later one waiting forever: its callers get the failure
-      yield* Effect.catchAllCause(commit(batch), (cause) => Effect.sync(() => refuseAll(batch, cause)))
-      return !stopping
-    })
-    const loop = Effect.repeat(round, { while: (goOn) => goOn })
+    const loop = Effect.repeat(round(s), { while: (goOn) => goOn })
     const committer = yield* Effect.forkScoped(Effect.uninterruptible(loop))
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {
-        isClosed = true
-        queue.unsafeOffer(STOP)
+        s.isClosed = true
+        s.queue.unsafeOffer(STOP)
         return Fiber.await(committer)
       })
     )
-
-    const submit = (held: Lease, rows: Arr.NonEmptyReadonlyArray<EventRow>) =>
-      Effect.withFiberRuntime<number, WriteError>((fiber) => {
-        const span = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
-        return Effect.async<number, WriteError>((resume) => {
-          if (isClosed) return resume(closed(held.id))
-          queue.unsafeOffer({ held, rows, span, resume })
-        })
-      }).pipe(Effect.uninterruptible)
-
-    return { submit } satisfies Committer
+    return { submit: (held, rows) => submit(s, held, rows) } satisfies Committer
   })

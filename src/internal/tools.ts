@@ -4,7 +4,20 @@
  *
  * @internal
  */
-import { Effect, Either, ExecutionStrategy, Exit, JSONSchema, ParseResult, Ref, Schema, Scope } from "effect"
+import {
+  Context,
+  Effect,
+  Either,
+  ExecutionStrategy,
+  Exit,
+  JSONSchema,
+  Option,
+  ParseResult,
+  Ref,
+  Schema,
+  Scope,
+  Tracer
+} from "effect"
 import { AgentInactive, DuplicateTool } from "../AgentError.js"
 import type { ToolSchema } from "../Model.js"
 import type { JsonRecord, JsonValue } from "../SessionEvent.js"
@@ -242,7 +255,13 @@ export const makeToolRegistry = (options: {
         description: tool.description,
         parameters: tool.parameters,
         mode: tool.mode,
-        run: (args, context) => Effect.provide(tool.run(args, context), services),
+        // OBS-01: under the span of the call (its effect-agent.tool.call span), not the registration's
+        run: (args, context) =>
+          Effect.withFiberRuntime((fiber) => {
+            const current = Context.getOption(fiber.currentContext, Tracer.ParentSpan)
+            const run = tool.run(args, context)
+            return Effect.provide(Option.isSome(current) ? Effect.withParentSpan(run, current.value) : run, services)
+          }),
         ...(tool.timeout !== undefined ? { timeout: tool.timeout } : {})
       }
       Object.freeze(registered)

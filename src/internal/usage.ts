@@ -1,10 +1,11 @@
 /**
- * MOD-06: a session's token usage, the sum of what its `assistant/message` events recorded, kept up
- * to date as events commit (O(1) per append).
+ * MOD-06: a session's token usage, the sum of what its `assistant/message` events recorded (and the
+ * summarizer calls its `session/compacted` events recorded, CMP-01), kept up to date as events
+ * commit (O(1) per append).
  *
  * @internal
  */
-import type { AssistantMessageLogged, SessionEvent, Usage } from "../SessionEvent.js"
+import type { AssistantMessageLogged, SessionCompacted, SessionEvent, Usage } from "../SessionEvent.js"
 
 type Field = keyof Usage
 
@@ -13,16 +14,22 @@ export type Sums = { -readonly [K in Field]?: number }
 
 const fields: ReadonlyArray<Field> = ["inputTokens", "outputTokens", "reasoningTokens", "cachedInputTokens"]
 
+/** The usage an event reports: an `assistant/message`'s, a `session/compacted`'s summarizer call's. */
+const usageOf = (event: SessionEvent): Usage | undefined => {
+  // the codec admits these types only with these shapes (DUR-01)
+  if (event.type === "assistant/message") return (event as typeof AssistantMessageLogged.Type).data.usage
+  if (event.type === "session/compacted") return (event as typeof SessionCompacted.Type).data.usage
+  return undefined
+}
+
 /**
- * Adds the usage `event` reports, if it is an `assistant/message` that reports one, to `sums`
- * (made when missing); returns the sums to keep.
+ * Adds the usage `event` reports, if it is an `assistant/message` or a `session/compacted` that
+ * reports one, to `sums` (made when missing); returns the sums to keep.
  *
  * @internal
  */
 export const add = (sums: Sums | undefined, event: SessionEvent): Sums | undefined => {
-  if (event.type !== "assistant/message") return sums
-  // the codec admits an `assistant/message` only with this shape (DUR-01)
-  const usage = (event as typeof AssistantMessageLogged.Type).data.usage
+  const usage = usageOf(event)
   if (usage === undefined) return sums
   const next = sums ?? {}
   for (const field of fields) {

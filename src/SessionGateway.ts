@@ -1,0 +1,668 @@
+/**
+ * The SessionGateway (SPEC §17, HTTP-00): what a front end — the HTTP API of `effect-agent/HttpApi`,
+ * an RPC server, a test — needs from a fleet of sessions, and nothing that only exists in one
+ * process. Every argument and result is plain data with a Schema, and every failure is a
+ * `Schema.TaggedError` of the library, so one interface is implemented by `AgentHost` in one process
+ * (`SessionGateway.layerHost`) and by the cluster client (§19), and the same API serves both.
+ *
+ * @since 0.2.0
+ */
+import type { Effect, Stream } from "effect"
+import { Context, Layer, ParseResult, Schema } from "effect"
+import * as AgentError from "./AgentError.js"
+import * as AgentHost from "./AgentHost.js"
+import type { AgentRegistry } from "./AgentRegistry.js"
+import * as codec from "./internal/eventCodec.js"
+import * as internal from "./internal/gatewayHost.js"
+import { ContentPart, InvalidSessionId, MessageId, SessionId } from "./Message.js"
+import * as SessionError from "./SessionError.js"
+import type { SessionEvent as SessionEventType } from "./SessionEvent.js"
+import type { InboxTarget } from "./SessionEvent.js"
+import type { JsonRecord, JsonValue } from "./SessionEvent.js"
+import { Usage } from "./SessionEvent.js"
+
+// -------------------------------------------------------------------------------------------------
+// errors
+
+/**
+ * A request the gateway cannot act on as given: a body that is not JSON or does not match its
+ * schema, a message with both or neither of `text` and `content`, a malformed message id. Nothing
+ * was changed.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class InvalidRequest extends Schema.TaggedError<InvalidRequest>("effect-agent/InvalidRequest")(
+  "InvalidRequest",
+  { reason: Schema.String }
+) {
+  override get message(): string {
+    return `the request was refused: ${this.reason}. Nothing was changed; fix the request and send it again`
+  }
+}
+
+/**
+ * A `MessageId` this session already accepted, sent again with other content (or another mode).
+ * Nothing was appended. The same id with the same content is not an error: the send succeeds
+ * again, appending nothing (an idempotent retry).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export class MessageIdConflict extends Schema.TaggedError<MessageIdConflict>("effect-agent/MessageIdConflict")(
+  "MessageIdConflict",
+  { id: Schema.String, messageId: Schema.String }
+) {
+  override get message(): string {
+    return `session ${JSON.stringify(this.id)} already accepted message ${JSON.stringify(this.messageId)} with other ` +
+      "content; nothing was appended. A message id names one message: use a new id for new input"
+  }
+}
+
+/**
+ * What reading a session can fail with.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type ReadError =
+  | InvalidSessionId
+  | SessionError.SessionNotFound
+  | SessionError.SessionCorrupt
+  | SessionError.SessionFormatUnsupported
+  | SessionError.PersistenceError
+
+/**
+ * What activating a session's agent (to write to it) can fail with: what `AgentHost.get` can —
+ * the session held by another process (`SessionLocked`), the host full (`HostAtCapacity`) or
+ * closing (`HostClosed`), a log that does not replay, the runtime shutting down — besides
+ * {@link ReadError}.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type ActivationError = ReadError | AgentHost.GetError
+
+/**
+ * What a write through a live agent (send, cancel) can fail with, besides {@link ActivationError}.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type WriteError =
+  | ActivationError
+  | AgentError.AgentInactive
+  | AgentError.AgentBroken
+  | SessionError.SessionClosed
+
+/**
+ * What `create` can fail with.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type CreateError = ActivationError
+
+/**
+ * What `send` can fail with.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type SendError = WriteError | InvalidRequest | MessageIdConflict
+
+/**
+ * What `fork` can fail with (`AgentAlreadyExists` when the child exists, `ForkInsideOpenTurn` and
+ * `InvalidForkBoundary` for a bad `upTo`, FORK-01).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type ForkError = WriteError
+
+/**
+ * What `dispose` can fail with: the agent's teardown failed or timed out (it was released all the
+ * same), or the session is unknown.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type DisposeError = ReadError | AgentError.AgentDisposeError | AgentError.TeardownTimeout
+
+/**
+ * What `remove` can fail with: as dispose, and the stored log held by another process.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type RemoveError = DisposeError | AgentHost.RemoveError
+
+/**
+ * What `eventsFrom` can fail with: before anything streams, a bad id, an unknown session or a
+ * cursor outside the log; at any time, the log unreadable, the session removed while it is read
+ * (`SessionRemoved`), the gateway closing (`HostClosed`). As `AgentHost.eventsFrom` (EVS-01).
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export type EventsError = ReadError | AgentHost.EventsFromError
+
+/**
+ * Every failure of the gateway, as one Schema (a union of `Schema.TaggedError`s): what an RPC
+ * protocol over the gateway declares as its error.
+ *
+ * @since 0.2.0
+ * @category errors
+ */
+export const GatewayError = Schema.Union(
+  InvalidRequest,
+  MessageIdConflict,
+  InvalidSessionId,
+  SessionError.SessionNotFound,
+  SessionError.SessionCorrupt,
+  SessionError.SessionFormatUnsupported,
+  SessionError.PersistenceError,
+  SessionError.SessionLocked,
+  SessionError.SessionAlreadyLive,
+  SessionError.SessionConflict,
+  SessionError.SessionFull,
+  SessionError.SessionClosed,
+  SessionError.InvalidEventData,
+  SessionError.InvalidEventCursor,
+  SessionError.ForkInsideOpenTurn,
+  SessionError.InvalidForkBoundary,
+  AgentError.InvalidInboxLog,
+  AgentError.InvalidAgentOptions,
+  AgentError.AgentAlreadyExists,
+  AgentError.AgentCreationVetoed,
+  AgentError.NoAgentFactory,
+  AgentError.AgentLoopInactive,
+  AgentError.PersistenceNotConfigured,
+  AgentError.AgentInactive,
+  AgentError.AgentBroken,
+  AgentError.AgentDisposeError,
+  AgentError.TeardownTimeout,
+  AgentHost.HostAtCapacity,
+  AgentHost.HostClosed,
+  AgentHost.HostSetupFailed,
+  AgentHost.SessionRemoved
+)
+
+/**
+ * @since 0.2.0
+ * @category errors
+ */
+export type GatewayError = typeof GatewayError.Type
+
+// -------------------------------------------------------------------------------------------------
+// requests
+
+/** A JSON value, named for OpenAPI (a recursive schema needs an identifier there). */
+const Json: Schema.Schema<JsonValue> = Schema.suspend((): Schema.Schema<JsonValue> =>
+  Schema.Union(
+    Schema.Null,
+    Schema.Boolean,
+    Schema.Number.pipe(Schema.finite()),
+    Schema.String,
+    Schema.Array(Json),
+    Schema.Record({ key: Schema.String, value: Json })
+  )
+).annotations({ identifier: "JsonValue" })
+
+/** A header's `meta`: a JSON object (EVT-03). */
+const Meta: Schema.Schema<JsonRecord> = Schema.Record({ key: Schema.String, value: Json }).annotations({
+  identifier: "JsonRecord"
+})
+
+/**
+ * How a message is sent: `followup` (next turn, wakes the agent), `steer` (next step, wakes it),
+ * `inject` (next step, never wakes it).
+ *
+ * @since 0.2.0
+ * @category requests
+ */
+export const SendMode = Schema.Literal("followup", "steer", "inject")
+
+/**
+ * @since 0.2.0
+ * @category requests
+ */
+export type SendMode = typeof SendMode.Type
+
+/**
+ * A message to send: exactly one of `text` (one text part) and `content`; `id` makes a retry
+ * idempotent (a fresh id is minted without it); `mode` defaults to `followup`.
+ *
+ * @since 0.2.0
+ * @category requests
+ */
+export const SendRequest = Schema.Struct({
+  text: Schema.optionalWith(Schema.String, { exact: true }),
+  content: Schema.optionalWith(Schema.Array(ContentPart), { exact: true }),
+  id: Schema.optionalWith(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256)), { exact: true }),
+  mode: Schema.optionalWith(SendMode, { exact: true })
+}).pipe(
+  Schema.filter((request) =>
+    (request.text === undefined) !== (request.content === undefined) ||
+    "a message has exactly one of text and content"
+  )
+).annotations({ identifier: "SendRequest" })
+
+/**
+ * @since 0.2.0
+ * @category requests
+ */
+export type SendRequest = typeof SendRequest.Type
+
+/**
+ * The agent options a session is created with (the route and the loop's limits; SPEC §7).
+ *
+ * @since 0.2.0
+ * @category requests
+ */
+export const AgentOptions = Schema.Struct({
+  provider: Schema.optionalWith(Schema.String, { exact: true }),
+  model: Schema.optionalWith(Schema.String, { exact: true }),
+  maxTokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { exact: true }),
+  system: Schema.optionalWith(Schema.String, { exact: true }),
+  maxParallelToolCalls: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { exact: true }),
+  maxStepsPerTurn: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { exact: true }),
+  maxRequestRetries: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
+}).annotations({ identifier: "AgentOptions" })
+
+/**
+ * A session to create if absent: its agent options (else the host's) and the `meta` of its header.
+ *
+ * @since 0.2.0
+ * @category requests
+ */
+export const CreateRequest = Schema.Struct({
+  options: Schema.optionalWith(AgentOptions, { exact: true }),
+  meta: Schema.optionalWith(Meta, { exact: true })
+}).annotations({ identifier: "CreateRequest" })
+
+/**
+ * @since 0.2.0
+ * @category requests
+ */
+export type CreateRequest = typeof CreateRequest.Type
+
+/**
+ * Cancel the running turn and, unless `keepInbox`, every pending message.
+ *
+ * @since 0.2.0
+ * @category requests
+ */
+export const CancelRequest = Schema.Struct({
+  keepInbox: Schema.optionalWith(Schema.Boolean, { exact: true })
+}).annotations({ identifier: "CancelRequest" })
+
+/**
+ * @since 0.2.0
+ * @category requests
+ */
+export type CancelRequest = typeof CancelRequest.Type
+
+/**
+ * A new session `childId` seeded with the source's log up to `upTo` events (all by default; a
+ * closed-turn boundary, FORK-01).
+ *
+ * @since 0.2.0
+ * @category requests
+ */
+export const ForkRequest = Schema.Struct({
+  childId: Schema.String,
+  upTo: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
+}).annotations({ identifier: "ForkRequest" })
+
+/**
+ * @since 0.2.0
+ * @category requests
+ */
+export type ForkRequest = typeof ForkRequest.Type
+
+/**
+ * A page of the listing: at most `limit` sessions (default 100, at most 1,000) whose ids sort after
+ * `after` (the `next` of the previous page).
+ *
+ * @since 0.2.0
+ * @category requests
+ */
+export const ListRequest = Schema.Struct({
+  limit: Schema.optionalWith(Schema.Int.pipe(Schema.between(1, 1000)), { exact: true }),
+  after: Schema.optionalWith(Schema.String, { exact: true })
+}).annotations({ identifier: "ListRequest" })
+
+/**
+ * @since 0.2.0
+ * @category requests
+ */
+export type ListRequest = typeof ListRequest.Type
+
+// -------------------------------------------------------------------------------------------------
+// results
+
+/**
+ * Where a session's agent stands: `running` (a turn or maintenance is in progress), `idle` (live,
+ * nothing running) or `passive` (stored, no agent live: the next write activates it).
+ *
+ * @since 0.2.0
+ * @category results
+ */
+export const SessionStatus = Schema.Literal("running", "idle", "passive")
+
+/**
+ * @since 0.2.0
+ * @category results
+ */
+export type SessionStatus = typeof SessionStatus.Type
+
+/**
+ * The summary of a session: status, pending input per inbox list, whether its log ends inside a
+ * turn, its size, token usage (MOD-06: a field no message reported is absent) and header.
+ *
+ * @since 0.2.0
+ * @category results
+ */
+export const SessionInfo = Schema.TaggedStruct("SessionInfo", {
+  id: SessionId,
+  status: SessionStatus,
+  pending: Schema.Struct({ nextTurn: Schema.NonNegativeInt, nextStep: Schema.NonNegativeInt }),
+  openTurn: Schema.Boolean,
+  eventCount: Schema.NonNegativeInt,
+  usage: Usage,
+  createdAt: Schema.NonNegativeInt,
+  parentSession: Schema.optionalWith(SessionId, { exact: true }),
+  meta: Meta
+}).annotations({ identifier: "SessionInfo" })
+
+/**
+ * @since 0.2.0
+ * @category results
+ */
+export type SessionInfo = typeof SessionInfo.Type
+
+/**
+ * A stored entry the listing could not read (DUR-08), listed with what is wrong with it.
+ *
+ * @since 0.2.0
+ * @category results
+ */
+export const UnreadableSession = Schema.TaggedStruct("UnreadableSession", {
+  id: Schema.String,
+  problem: Schema.String
+}).annotations({ identifier: "UnreadableSession" })
+
+/**
+ * @since 0.2.0
+ * @category results
+ */
+export type UnreadableSession = typeof UnreadableSession.Type
+
+/**
+ * A page of sessions, in id order; `next` is the `after` of the next page, absent on the last one.
+ *
+ * @since 0.2.0
+ * @category results
+ */
+export const SessionPage = Schema.Struct({
+  sessions: Schema.Array(Schema.Union(SessionInfo, UnreadableSession)),
+  next: Schema.optionalWith(Schema.String, { exact: true })
+}).annotations({ identifier: "SessionPage" })
+
+/**
+ * @since 0.2.0
+ * @category results
+ */
+export type SessionPage = typeof SessionPage.Type
+
+/**
+ * What `create` did: `created` is false when the session existed (it was left as it was).
+ *
+ * @since 0.2.0
+ * @category results
+ */
+export const CreateResult = Schema.Struct({
+  created: Schema.Boolean,
+  session: SessionInfo
+}).annotations({ identifier: "CreateResult" })
+
+/**
+ * @since 0.2.0
+ * @category results
+ */
+export type CreateResult = typeof CreateResult.Type
+
+/**
+ * A send was accepted (durable in the inbox): its message id, and whether it was a repeat of an
+ * accepted message (`duplicate`: nothing was appended).
+ *
+ * @since 0.2.0
+ * @category results
+ */
+export const SendReceipt = Schema.Struct({
+  messageId: MessageId,
+  duplicate: Schema.Boolean
+}).annotations({ identifier: "SendReceipt" })
+
+/**
+ * @since 0.2.0
+ * @category results
+ */
+export type SendReceipt = typeof SendReceipt.Type
+
+// -------------------------------------------------------------------------------------------------
+// events
+
+/**
+ * A durable event on the wire: the `{seq, time, type, data}` record of the log (EVT-01), checked
+ * like a stored record when decoded.
+ *
+ * @since 0.2.0
+ * @category events
+ */
+export const DurableEvent: Schema.Schema<SessionEventType, {
+  readonly seq: number
+  readonly time: number
+  readonly type: string
+  readonly data: unknown
+}> = Schema.transformOrFail(
+  Schema.Struct({ seq: Schema.NonNegativeInt, time: Schema.NonNegativeInt, type: Schema.String, data: Schema.Unknown }),
+  Schema.declare((u: unknown): u is SessionEventType =>
+    typeof u === "object" && u !== null && "seq" in u && "time" in u && "type" in u && "data" in u
+  ),
+  {
+    strict: true,
+    decode: (raw, _, ast) => {
+      const event = codec.storedEvent(raw, raw.seq)
+      return event._tag === "Right"
+        ? ParseResult.succeed(event.right)
+        : ParseResult.fail(new ParseResult.Type(ast, raw, event.left.reason))
+    },
+    encode: (event) => ParseResult.succeed({ seq: event.seq, time: event.time, type: event.type, data: event.data })
+  }
+).annotations({ identifier: "DurableEvent" })
+
+const Turn = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
+const Step = Schema.Int.pipe(Schema.greaterThanOrEqualTo(1))
+const liveFields = {
+  agent: SessionId,
+  initiator: Schema.optionalWith(SessionId, { exact: true })
+}
+/** EVS-02: the seq of the durable event a live event mirrors, when there is one. */
+const mirroredSeq = { seq: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }) }
+
+/**
+ * The live-only events a front end streams besides the durable log (EVS-02): model text and
+ * reasoning as it streams, tool calls starting (with their raw arguments) and finishing (with a
+ * summary of the result), the assistant's message as a whole, retries of a failed model request,
+ * status changes and errors. They are not replayed; those that mirror a durable event carry its
+ * `seq`. Fields marked optional are sent when the runtime provides them.
+ *
+ * @since 0.2.0
+ * @category events
+ */
+export const LiveEvent = Schema.Union(
+  Schema.TaggedStruct("ModelDelta", {
+    ...liveFields,
+    turn: Turn,
+    step: Step,
+    kind: Schema.Literal("text", "reasoning"),
+    text: Schema.String
+  }),
+  Schema.TaggedStruct("ToolCallStarted", {
+    ...liveFields,
+    ...mirroredSeq,
+    turn: Turn,
+    step: Step,
+    callId: Schema.String,
+    name: Schema.String,
+    arguments: Schema.optionalWith(Schema.String, { exact: true })
+  }),
+  Schema.TaggedStruct("ToolCallFinished", {
+    ...liveFields,
+    ...mirroredSeq,
+    turn: Turn,
+    step: Step,
+    callId: Schema.String,
+    isError: Schema.Boolean,
+    summary: Schema.optionalWith(Schema.String, { exact: true })
+  }),
+  Schema.TaggedStruct("AssistantMessage", {
+    ...liveFields,
+    ...mirroredSeq,
+    turn: Turn,
+    step: Step,
+    text: Schema.String,
+    toolCalls: Schema.Array(Schema.Struct({ callId: Schema.String, name: Schema.String, arguments: Schema.String })),
+    usage: Schema.optionalWith(Usage, { exact: true })
+  }),
+  Schema.TaggedStruct("ModelRetry", {
+    ...liveFields,
+    turn: Turn,
+    step: Step,
+    attempt: Schema.Int,
+    code: Schema.String,
+    /** The delay before the retry, in milliseconds on the wire. */
+    delay: Schema.DurationFromMillis
+  }),
+  Schema.TaggedStruct("AgentStatusChanged", { ...liveFields, status: Schema.Literal("idle", "running") }),
+  Schema.TaggedStruct("AgentError", {
+    ...liveFields,
+    turn: Schema.optionalWith(Turn, { exact: true }),
+    step: Schema.optionalWith(Step, { exact: true }),
+    error: Schema.Struct({ message: Schema.String, code: Schema.String })
+  })
+).annotations({ identifier: "LiveEvent" })
+
+/**
+ * @since 0.2.0
+ * @category events
+ */
+export type LiveEvent = typeof LiveEvent.Type
+
+/**
+ * What `eventsFrom` streams: durable events in seq order, from the cursor, without gap or
+ * duplicate, interleaved with live events (EVS-01, EVS-02).
+ *
+ * @since 0.2.0
+ * @category events
+ */
+export const StreamEvent = Schema.Union(
+  Schema.TaggedStruct("Durable", { event: DurableEvent }),
+  Schema.TaggedStruct("Live", { event: LiveEvent })
+).annotations({ identifier: "StreamEvent" })
+
+/**
+ * @since 0.2.0
+ * @category events
+ */
+export type StreamEvent = typeof StreamEvent.Type
+
+/**
+ * The inbox list a send mode targets, and whether it wakes the agent.
+ *
+ * @since 0.2.0
+ * @category requests
+ */
+export const sendTarget = (mode: SendMode): { readonly target: InboxTarget; readonly wake: boolean } =>
+  mode === "followup"
+    ? { target: "next-turn", wake: true }
+    : mode === "steer"
+    ? { target: "next-step", wake: true }
+    : { target: "next-step", wake: false }
+
+// -------------------------------------------------------------------------------------------------
+// the service
+
+/**
+ * The gateway (HTTP-00). Ids are validated by the gateway (`InvalidSessionId`), so a front end
+ * passes them on as it received them.
+ *
+ * @since 0.2.0
+ * @category services
+ */
+export class SessionGateway extends Context.Tag("effect-agent/SessionGateway")<SessionGateway, {
+  /** A page of the stored and live sessions, in id order, with their summaries. */
+  readonly list: (request?: ListRequest | undefined) => Effect.Effect<SessionPage, SessionError.PersistenceError>
+  /** The summary of one session (without activating it). */
+  readonly summary: (id: string) => Effect.Effect<SessionInfo, ReadError>
+  /**
+   * Creates the session when it is neither live nor stored (with `request.options`, else the
+   * gateway's defaults); otherwise leaves it as it is. `created` says which.
+   */
+  readonly create: (id: string, request?: CreateRequest | undefined) => Effect.Effect<CreateResult, CreateError>
+  /**
+   * Sends a message (activating the agent if needed). A message id already accepted with the same
+   * content and mode succeeds again with `duplicate: true`, appending nothing; with other content
+   * it fails `MessageIdConflict`.
+   */
+  readonly send: (id: string, request: SendRequest) => Effect.Effect<SendReceipt, SendError>
+  /** Cancels the running turn and, unless `keepInbox`, the pending input; returns once that is durable. */
+  readonly cancel: (id: string, request?: CancelRequest | undefined) => Effect.Effect<void, WriteError>
+  /** Creates `childId` seeded from this session's log (FORK-01); fails `AgentAlreadyExists` when it exists. */
+  readonly fork: (id: string, request: ForkRequest) => Effect.Effect<SessionInfo, ForkError>
+  /**
+   * Disposes the live agent (a running turn ends `aborted{disposed}`; the inbox is kept, LIFE-06);
+   * the session stays stored. Not an error when no agent is live.
+   */
+  readonly dispose: (id: string) => Effect.Effect<void, DisposeError>
+  /** Disposes the agent and deletes the stored log. */
+  readonly remove: (id: string) => Effect.Effect<void, RemoveError>
+  /**
+   * The durable events from `seq` (the seq after the last one a client saw; 0 for all), then each
+   * one as it commits, without gap or duplicate, across passivations of the agent (EVS-01);
+   * interleaved with live events while the agent is live (which keeps it live: a watched agent is
+   * not passivated, HOST-02). It runs until the client stops it or the gateway closes.
+   */
+  readonly eventsFrom: (id: string, seq: number) => Stream.Stream<StreamEvent, EventsError>
+  /** Whether the gateway serves requests (for `/readyz`): false while it starts up or shuts down. */
+  readonly ready: Effect.Effect<boolean>
+}>() {}
+
+/**
+ * The options of {@link layerHost}.
+ *
+ * @since 0.2.0
+ * @category options
+ */
+export interface HostGatewayOptions {
+  /**
+   * Whether `ready` waits for the host's start-up recovery (HOST-04) to finish. Default true.
+   */
+  readonly readyAfterRecovery?: boolean | undefined
+}
+
+/**
+ * The gateway over the `AgentHost` of this process: `send` activates the session's agent through
+ * the host, `summary` and `list` read stored sessions without activating them (`SessionPersistence`
+ * of the context, when there is one), `eventsFrom` reads the log and follows the agent across
+ * passivations.
+ *
+ * @since 0.2.0
+ * @category layers
+ */
+export const layerHost = (
+  options?: HostGatewayOptions | undefined
+): Layer.Layer<SessionGateway, never, AgentHost.AgentHost | AgentRegistry> =>
+  Layer.scoped(SessionGateway, internal.make(options ?? {}))

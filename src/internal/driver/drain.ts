@@ -1,0 +1,96 @@
+/**
+ * A drain (TURN-07, DLV-06): the activity that runs the opened turn, then further turns while
+ * follow-ups are pending, and ends by handing over to a latched wake or going idle — each decision
+ * under the state lock, so a send either joins the drain or starts the next one.
+ *
+ * @internal
+ */
+import { Cause, Effect, Exit, Option } from "effect"
+import { request } from "./activity.js"
+import type { DriverState, Phase } from "./state.js"
+import { idle, markBroken, modifyPhase, setStatus, updatePhase } from "./state.js"
+import type { TurnOutcome } from "./turn.js"
+import { runTurn } from "./turn.js"
+
+/**
+ * A drain: the opened turn, then further turns while follow-ups are pending (TURN-07). Ends by
+ * handing over to a latched wake or going idle.
+ *
+ * @internal
+ */
+export const drain = (state: DriverState, firstTurn: number): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    let turn = firstTurn
+    while (true) {
+      const outcome = yield* state.deps.withInitiator(runTurn(state, turn)).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.as(markBroken(state, Cause.squash(cause), turn), Option.none<TurnOutcome>())
+        )
+      )
+      const next = yield* modifyPhase(state, (phase) => nextTurn(state, phase, outcome))
+      if (Option.isNone(next)) return
+      turn = next.value
+    }
+  })
+
+/**
+ * TURN-07, under the state lock: the next turn's number once its `turn/start` is written, when the
+ * turn ended normally and follow-ups are pending; else the drain settles (`settle`).
+ */
+const nextTurn = (state: DriverState, phase: Phase, outcome: Option.Option<TurnOutcome>) =>
+  Effect.gen(function*() {
+    const continues = Option.isSome(outcome) && outcome.value.continues &&
+      !state.disposing && Option.isNone(state.broken) && phase._tag === "Running" && Option.isNone(phase.cause)
+    if (continues && (yield* state.deps.inbox.hasPending)) {
+      const turn = state.sessionCore.lastTurn() + 1
+      const opened = yield* Effect.exit(state.sessionCore.appendCore([{ type: "turn/start", data: { turn } }]))
+      if (Exit.isSuccess(opened)) return [Option.some(turn), phase] as const
+      yield* markBroken(state, Cause.squash(opened.cause))
+    }
+    return yield* settle(state, phase)
+  })
+
+/**
+ * DLV-06: the current activity converged: start the latched wake as a new activity, still
+ * `running`, or go idle. Runs under the state lock (`modifyPhase`).
+ *
+ * @internal
+ */
+export const settle = (state: DriverState, phase: Phase) =>
+  Effect.gen(function*() {
+    const latched = phase._tag !== "Idle" && phase.wakeRequested
+    if (latched && !state.disposing && Option.isNone(state.broken) && (yield* state.deps.inbox.hasPending)) {
+      const opened = yield* startDrain(state)
+      if (Option.isSome(opened)) return [Option.none<number>(), opened.value] as const
+    }
+    yield* setStatus(state, "idle")
+    return [Option.none<number>(), idle] as const
+  })
+
+/** Writes `turn/start` of the next turn and requests a drain for it (under the state lock). @internal */
+export const startDrain = (state: DriverState) =>
+  Effect.gen(function*() {
+    const turn = state.sessionCore.lastTurn() + 1
+    const opened = yield* Effect.exit(state.sessionCore.appendCore([{ type: "turn/start", data: { turn } }]))
+    if (Exit.isFailure(opened)) {
+      yield* markBroken(state, Cause.squash(opened.cause))
+      return Option.none<Phase>()
+    }
+    yield* setStatus(state, "running")
+    const activity = yield* request(state, drain(state, turn))
+    return Option.some<Phase>({ _tag: "Running", activity, cause: Option.none(), wakeRequested: false })
+  })
+
+/**
+ * What a latched wake does once the gate is open: a drain for what is pending, if idle (the wake of a
+ * send made by the creation's own hooks, AGT-04, PUB-11).
+ *
+ * @internal
+ */
+export const wakeIfIdle = (state: DriverState): Effect.Effect<void> =>
+  updatePhase(state, (phase) =>
+    Effect.gen(function*() {
+      if (phase._tag !== "Idle" || !(yield* state.deps.inbox.hasPending)) return phase
+      const opened = yield* startDrain(state)
+      return Option.getOrElse(opened, () => phase)
+    }))

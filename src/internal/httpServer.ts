@@ -1,0 +1,381 @@
+/**
+ * The server side of `effect-agent/HttpApi` (HTTP-01..03): the handlers over `SessionGateway`, the
+ * body guard (413 over `maxBodyBytes`, a malformed body as a 400 problem), the mapping of the
+ * platform's decode errors to problems, `Retry-After` on 503s, bearer authentication and the
+ * authorization callback.
+ *
+ * @internal
+ */
+import {
+  HttpApiBuilder,
+  HttpApp,
+  HttpMethod,
+  HttpRouter,
+  HttpServerRequest,
+  HttpServerResponse
+} from "@effect/platform"
+import { Cause, Chunk, Deferred, Duration, Effect, Layer, Option, Redacted, Schedule, Schema, Stream } from "effect"
+import type * as HttpApi from "../HttpApi.js"
+import {
+  Api,
+  Authentication,
+  CurrentPrincipal,
+  Forbidden,
+  NotReady,
+  PayloadTooLarge,
+  SessionProblem,
+  statusOf,
+  Unauthorized
+} from "../HttpApi.js"
+import * as Message from "../Message.js"
+import type { SessionId } from "../Message.js"
+import * as SessionError from "../SessionError.js"
+import type { EventsError, SessionInfo, StreamEvent } from "../SessionGateway.js"
+import { InvalidRequest, SessionGateway, SessionInfo as SessionInfoSchema } from "../SessionGateway.js"
+import * as inspector from "./httpInspector.js"
+import * as sse from "./httpSse.js"
+
+/** The options with their defaults. */
+interface Settings {
+  readonly maxBodyBytes: number
+  readonly heartbeat: Duration.Duration
+  readonly retryAfterSeconds: number
+  readonly authenticate: HttpApi.Options["authenticate"]
+  readonly authorize: HttpApi.Options["authorize"]
+  readonly cors: HttpApi.Options["cors"]
+}
+
+/** 1 MiB. */
+const DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+
+/** Path parameters up to this length reach the handlers: every ID-01 id routes, a longer invalid one is a 400. */
+const MAX_PARAM_LENGTH = 1024
+
+const settingsOf = (options: HttpApi.Options | undefined): Settings => ({
+  maxBodyBytes: options?.maxBodyBytes !== undefined && options.maxBodyBytes > 0
+    ? options.maxBodyBytes
+    : DEFAULT_MAX_BODY_BYTES,
+  heartbeat: Duration.decode(options?.heartbeat ?? "15 seconds"),
+  retryAfterSeconds: Math.max(1, Math.ceil(Duration.toSeconds(Duration.decode(options?.retryAfter ?? "5 seconds")))),
+  authenticate: options?.authenticate,
+  authorize: options?.authorize,
+  cors: options?.cors
+})
+
+// -------------------------------------------------------------------------------------------------
+// the body guard and the error mapping (HTTP-02)
+
+/**
+ * The request body as text, refused over `limit` bytes. An oversize body is read to its end (up to
+ * eight times the limit) so the client gets the 413 rather than a reset connection.
+ */
+const readBody = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
+  Effect.gen(function*() {
+    const chunks: Array<Uint8Array> = []
+    let size = 0
+    yield* request.stream.pipe(
+      Stream.takeWhile(() => size <= limit * 8),
+      Stream.runForEach((chunk) =>
+        Effect.sync(() => {
+          size += chunk.length
+          if (size <= limit) chunks.push(chunk)
+        })
+      ),
+      Effect.mapError(() => new InvalidRequest({ reason: "the request body could not be read" }))
+    )
+    if (size > limit) return yield* new PayloadTooLarge({ limit })
+    const bytes = new Uint8Array(size)
+    let offset = 0
+    for (const chunk of chunks) {
+      bytes.set(chunk, offset)
+      offset += chunk.length
+    }
+    return yield* Effect.try({
+      try: () => new TextDecoder("utf-8", { fatal: true }).decode(bytes),
+      catch: () => new InvalidRequest({ reason: "the request body is not UTF-8 text" })
+    })
+  })
+
+/** The body as JSON (an empty body is `{}`: every field of a body is optional but a message's). */
+const parseBody = (text: string) =>
+  Effect.try({
+    try: (): unknown => (text.trim() === "" ? {} : JSON.parse(text)),
+    catch: (error) =>
+      new InvalidRequest({ reason: `the request body is not JSON (${error instanceof Error ? error.message : String(error)})` })
+  })
+
+/** The request with its body read: the handlers decode `json`, whatever Content-Type the client sent. */
+const withBody = (
+  request: HttpServerRequest.HttpServerRequest,
+  text: string,
+  json: unknown
+): HttpServerRequest.HttpServerRequest =>
+  Object.create(request, {
+    headers: { value: { ...request.headers, "content-type": "application/json" } },
+    text: { value: Effect.succeed(text) },
+    json: { value: Effect.succeed(json) }
+  })
+
+/** Statuses that tell the client to come back later: they carry `Retry-After`. */
+const isUnavailable = (tag: string) => statusOf[tag] === 503
+
+const failureTag = (cause: Cause.Cause<unknown>): string | undefined =>
+  Option.getOrUndefined(
+    Option.flatMap(Cause.failureOption(cause), (error) =>
+      typeof error === "object" && error !== null && "_tag" in error && typeof error._tag === "string"
+        ? Option.some(error._tag)
+        : Option.none())
+  )
+
+const setHeader = (name: string, value: string) =>
+  HttpApp.appendPreResponseHandler((_request, response) =>
+    Effect.succeed(HttpServerResponse.setHeader(response, name, value))
+  )
+
+/**
+ * The API-level middleware: reads and checks the body before routing, turns the platform's decode
+ * errors into `InvalidRequest` problems and adds `Retry-After` (503) and `WWW-Authenticate` (401).
+ */
+const guard = (settings: Settings) => (app: HttpApp.Default): HttpApp.Default<InvalidRequest | PayloadTooLarge> =>
+  Effect.gen(function*() {
+    const request = yield* HttpServerRequest.HttpServerRequest
+    if (!HttpMethod.hasBody(request.method)) return yield* app
+    const declared = Number(request.headers["content-length"])
+    if (Number.isFinite(declared) && declared > settings.maxBodyBytes) {
+      return yield* new PayloadTooLarge({ limit: settings.maxBodyBytes })
+    }
+    const text = yield* readBody(request, settings.maxBodyBytes)
+    const json = yield* parseBody(text)
+    return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, withBody(request, text, json))
+  }).pipe(
+    Effect.catchAllCause((cause) => {
+      const tag = failureTag(cause)
+      if (tag === "HttpApiDecodeError") {
+        const error = Option.getOrUndefined(Cause.failureOption(cause)) as { readonly message?: unknown }
+        return Effect.fail(
+          new InvalidRequest({ reason: typeof error.message === "string" ? error.message : "the request does not decode" })
+        )
+      }
+      const header = tag === undefined
+        ? Effect.void
+        : isUnavailable(tag)
+        ? setHeader("retry-after", String(settings.retryAfterSeconds))
+        : tag === "Unauthorized"
+        ? setHeader("www-authenticate", "Bearer")
+        : Effect.void
+      return Effect.zipRight(header, Effect.failCause(cause))
+    })
+  ) as HttpApp.Default<InvalidRequest | PayloadTooLarge>
+
+// -------------------------------------------------------------------------------------------------
+// security (HTTP-03)
+
+const anonymous: HttpApi.Principal = { id: "anonymous" }
+
+const authenticationLayer = (settings: Settings) =>
+  Layer.succeed(
+    Authentication,
+    Authentication.of({
+      bearer: (token) => {
+        const authenticate = settings.authenticate
+        if (authenticate === undefined) return Effect.succeed(anonymous)
+        if (Redacted.value(token) === "") return Effect.fail(new Unauthorized({ reason: "the request has no bearer token" }))
+        return Effect.flatMap(authenticate(token), (principal) =>
+          Option.isSome(principal)
+            ? Effect.succeed(principal.value)
+            : Effect.fail(new Unauthorized({ reason: "the bearer token is not valid" })))
+      }
+    })
+  )
+
+/** Refuses (403) unless the callback allows `action` on the session; an invalid id is a 400 first. */
+const allow = (settings: Settings, rawId: string | undefined, action: HttpApi.Action) =>
+  Effect.gen(function*() {
+    const sessionId = rawId === undefined ? undefined : yield* Message.sessionId(rawId)
+    const authorize = settings.authorize
+    if (authorize === undefined) return sessionId
+    const principal = yield* CurrentPrincipal
+    if (!(yield* authorize(principal, sessionId, action))) {
+      return yield* new Forbidden({
+        principal: principal.id,
+        action,
+        ...(sessionId === undefined ? {} : { sessionId })
+      })
+    }
+    return sessionId
+  })
+
+/** A listing shows only the sessions the principal may read. */
+const readable = (settings: Settings, page: typeof import("../SessionGateway.js").SessionPage.Type) =>
+  Effect.gen(function*() {
+    const authorize = settings.authorize
+    if (authorize === undefined) return page
+    const principal = yield* CurrentPrincipal
+    const sessions = yield* Effect.filter(page.sessions, (entry) => {
+      const id = Message.sessionId(entry.id)
+      return id._tag === "Left" ? Effect.succeed(false) : authorize(principal, id.right, "read")
+    })
+    return { ...page, sessions }
+  })
+
+// -------------------------------------------------------------------------------------------------
+// events (HTTP-01)
+
+/** The cursor of a connection: after `Last-Event-ID` (the last seq the client saw), else `from`, else 0. */
+const cursorOf = (lastEventId: string | undefined, from: number | undefined) => {
+  if (lastEventId === undefined || lastEventId.trim() === "") return Effect.succeed(from ?? 0)
+  const seen = Number(lastEventId.trim())
+  return Number.isSafeInteger(seen) && seen >= 0
+    ? Effect.succeed(seen + 1)
+    : Effect.fail(new InvalidRequest({ reason: `Last-Event-ID must be the seq of an event, got ${JSON.stringify(lastEventId)}` }))
+}
+
+const encodeInfo = (info: SessionInfo) => Effect.orDie(Schema.encode(SessionInfoSchema)(info))
+
+// made on first use: this module and HttpApi.ts import each other
+let encodeProblemOnce: ((u: unknown) => Effect.Effect<unknown, unknown>) | undefined
+const encodeProblem = (error: unknown) => (encodeProblemOnce ??= Schema.encodeUnknown(SessionProblem))(error)
+
+/**
+ * The event-stream body: the retry hint, then the events as frames (one write per chunk) with
+ * heartbeats between them; a failure after the start is sent as a last `error` frame.
+ */
+const eventStream = (
+  events: Stream.Stream<StreamEvent, EventsError>,
+  settings: Settings,
+  closing: Deferred.Deferred<void>
+) => {
+  const frames = events.pipe(
+    Stream.mapChunks((chunk) => Chunk.of(Chunk.join(Chunk.map(chunk, sse.frame), ""))),
+    Stream.catchAll((error) =>
+      Stream.fromEffect(
+        Effect.map(
+          Effect.orElseSucceed(encodeProblem(error), () => ({ type: `effect-agent/${error._tag}`, detail: error.message })),
+          sse.errorFrame
+        )
+      )
+    )
+  )
+  const heartbeats = Stream.fromSchedule(Schedule.spaced(settings.heartbeat)).pipe(Stream.as(sse.heartbeatFrame))
+  return Stream.succeed(sse.retryFrame(1000)).pipe(
+    Stream.concat(Stream.merge(frames, heartbeats, { haltStrategy: "left" })),
+    // the server waits for open connections when it closes: streams end first (HOST-05)
+    Stream.interruptWhen(Deferred.await(closing)),
+    Stream.encodeText
+  )
+}
+
+// -------------------------------------------------------------------------------------------------
+// handlers
+
+const healthLayer = () =>
+  HttpApiBuilder.group(Api, "health", (handlers) =>
+  Effect.gen(function*() {
+    const gateway = yield* SessionGateway
+    return handlers
+      .handle("healthz", () => Effect.succeed({ status: "ok" as const }))
+      .handle("readyz", () =>
+        Effect.flatMap(gateway.ready, (ready) =>
+          ready ? Effect.succeed({ status: "ready" as const }) : Effect.fail(new NotReady())))
+  }))
+
+const sessionsLayer = (settings: Settings) =>
+  HttpApiBuilder.group(Api, "sessions", (handlers) =>
+    Effect.gen(function*() {
+      const gateway = yield* SessionGateway
+      // released before the server closes (the server waits for open connections): event streams end
+      const closing = yield* Deferred.make<void>()
+      yield* Effect.addFinalizer(() => Deferred.succeed(closing, undefined))
+      return handlers
+        .handle("list", ({ urlParams }) =>
+          Effect.gen(function*() {
+            yield* allow(settings, undefined, "list")
+            const page = yield* gateway.list({
+              ...(urlParams.limit === undefined ? {} : { limit: urlParams.limit }),
+              ...(urlParams.after === undefined ? {} : { after: urlParams.after })
+            })
+            return yield* readable(settings, page)
+          }))
+        .handle("create", ({ path, payload }) =>
+          Effect.gen(function*() {
+            yield* allow(settings, path.id, "create")
+            const result = yield* gateway.create(path.id, payload)
+            // 201 and 200 carry the same body, which the success union cannot tell apart
+            return result.created
+              ? yield* HttpServerResponse.json(yield* encodeInfo(result.session), { status: 201 }).pipe(Effect.orDie)
+              : result.session
+          }))
+        .handle("get", ({ path }) => Effect.zipRight(allow(settings, path.id, "read"), gateway.summary(path.id)))
+        .handle("send", ({ path, payload }) =>
+          Effect.zipRight(allow(settings, path.id, "send"), gateway.send(path.id, payload)))
+        .handle("cancel", ({ path, payload }) =>
+          Effect.zipRight(allow(settings, path.id, "cancel"), gateway.cancel(path.id, payload)))
+        .handle("fork", ({ path, payload }) =>
+          Effect.gen(function*() {
+            yield* allow(settings, path.id, "fork")
+            yield* allow(settings, payload.childId, "create")
+            return yield* gateway.fork(path.id, payload)
+          }))
+        .handle("dispose", ({ path, urlParams }) =>
+          urlParams.remove === true
+            ? Effect.zipRight(allow(settings, path.id, "remove"), gateway.remove(path.id))
+            : Effect.zipRight(allow(settings, path.id, "dispose"), gateway.dispose(path.id)))
+        .handleRaw("events", ({ path, request, urlParams }) =>
+          Effect.gen(function*() {
+            const id: SessionId | undefined = yield* allow(settings, path.id, "events")
+            const from = yield* cursorOf(request.headers["last-event-id"], urlParams.from)
+            // checked before the response starts, so a bad request is a problem, not a broken stream
+            const info = yield* gateway.summary(path.id)
+            if (from > info.eventCount) {
+              return yield* new SessionError.InvalidEventCursor({ id: id ?? path.id, seq: from, length: info.eventCount })
+            }
+            return HttpServerResponse.stream(eventStream(gateway.eventsFrom(path.id, from), settings, closing), {
+              contentType: "text/event-stream",
+              headers: { "cache-control": "no-cache", "x-accel-buffering": "no", connection: "close" }
+            })
+          }))
+    }))
+
+// -------------------------------------------------------------------------------------------------
+// layers
+
+/** @internal */
+export const layer = (options?: HttpApi.Options | undefined): Layer.Layer<
+  import("@effect/platform").HttpApi.Api,
+  never,
+  SessionGateway
+> => {
+  const settings = settingsOf(options)
+  const api = HttpApiBuilder.api(Api).pipe(
+    Layer.provide([healthLayer(), sessionsLayer(settings)]),
+    Layer.provide(authenticationLayer(settings))
+  )
+  const cors = settings.cors === undefined
+    ? Layer.empty
+    : HttpApiBuilder.middlewareCors({
+      ...(settings.cors.allowedOrigins === undefined ? {} : { allowedOrigins: settings.cors.allowedOrigins }),
+      ...(settings.cors.allowedHeaders === undefined ? {} : { allowedHeaders: settings.cors.allowedHeaders }),
+      ...(settings.cors.credentials === undefined ? {} : { credentials: settings.cors.credentials })
+    })
+  return Layer.mergeAll(
+    api,
+    HttpApiBuilder.middleware(Api, guard(settings)),
+    HttpApiBuilder.middlewareOpenApi().pipe(Layer.provide(api)),
+    cors,
+    // INS-01: the inspector page and its registry snapshot, unless turned off
+    options?.inspector === false ? Layer.empty : inspector.layer(settings)
+  )
+}
+
+/** @internal */
+export const layerServer = (
+  options?: HttpApi.Options | undefined
+): Layer.Layer<
+  never,
+  never,
+  import("@effect/platform").HttpServer.HttpServer | HttpRouter.HttpRouter.DefaultServices | SessionGateway
+> =>
+  HttpApiBuilder.serve().pipe(
+    Layer.provide(layer(options)),
+    Layer.provide(HttpRouter.setRouterConfig({ maxParamLength: MAX_PARAM_LENGTH }))
+  )

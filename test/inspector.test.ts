@@ -1,0 +1,399 @@
+/**
+ * The inspector (SPEC §18, INS-01, INS-02): its files and registry snapshot over real HTTP on
+ * 127.0.0.1, and the page itself in headless Chromium (Debian's `chromium`, driven by
+ * `playwright-core` with the system executable; no browser download) against a server with seeded
+ * sessions and a scripted model.
+ *
+ * Without Chromium the browser test is skipped locally with a message and fails when `CI` is set
+ * (`.ci/run` sets it and installs Chromium).
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Context, Effect, Option, Redacted, Schema } from "effect"
+import * as fs from "node:fs"
+import * as http from "node:http"
+import * as path from "node:path"
+import type { Browser, Page } from "playwright-core"
+import { chromium } from "playwright-core"
+import type { SessionId } from "../src/Message.js"
+import * as Model from "../src/Model.js"
+import type { SessionEvent } from "../src/SessionEvent.js"
+import { SessionPersistence } from "../src/SessionPersistence.js"
+import * as Tool from "../src/Tool.js"
+import { tempDirectory } from "./fixtures/backends.js"
+import { openTurn } from "./fixtures/cliSessions.js"
+import type { Store } from "./fixtures/host.js"
+import type { Served } from "./fixtures/httpServer.js"
+import { fileStore, request, serve } from "./fixtures/httpServer.js"
+import { header } from "./fixtures/persistenceConformance.js"
+
+const route = { provider: "scripted", model: "test" }
+
+/** Where Chromium is: `CHROMIUM_PATH`, else Debian's package. */
+const chromiumPath = process.env["CHROMIUM_PATH"] ?? "/usr/bin/chromium"
+const hasChromium = fs.existsSync(chromiumPath)
+const ci = process.env["CI"]
+const inCi = ci !== undefined && ci !== "" && ci !== "0" && ci.toLowerCase() !== "false"
+if (!hasChromium && !inCi) {
+  // eslint-disable-next-line no-console
+  console.warn(
+    `INS-02 skipped: no Chromium at ${chromiumPath}. Install Debian's package (apt-get install chromium) or set CHROMIUM_PATH; .ci/run installs it`
+  )
+}
+
+/** A tool the seeded session calls: reads a "file" of the test's. */
+const readFile = Tool.make({
+  name: "read_file",
+  description: "Reads a file of the workspace.",
+  parameters: Schema.Struct({ path: Schema.String, lines: Schema.Number }),
+  run: ({ lines, path }) => Effect.succeed(Tool.text(`${path}: ${lines} lines\n1. ship the inspector\n2. test it`))
+})
+
+/** The stored log of a session, as the store has it. */
+const storedEvents = (store: Store, id: string) =>
+  Effect.map(
+    Effect.orDie(Context.get(store.context, SessionPersistence).read(id as SessionId)),
+    (stored) => stored.events
+  )
+
+const textOf = (content: ReadonlyArray<{ readonly type: string; readonly text?: string }>) =>
+  content.map((part) => part.text ?? "").join("")
+
+/** A GET with the path sent as written (no URL normalisation, unlike `fetch`): for traversal attempts. */
+const rawGet = (url: string, rawPath: string) =>
+  Effect.async<{ readonly status: number; readonly body: string }>((resume) => {
+    const { hostname, port } = new URL(url)
+    const req = http.request({ host: hostname, port, path: rawPath, method: "GET" }, (response) => {
+      let body = ""
+      response.setEncoding("utf8")
+      response.on("data", (chunk: string) => (body += chunk))
+      response.on("end", () => resume(Effect.succeed({ status: response.statusCode ?? 0, body })))
+    })
+    req.on("error", (error) => resume(Effect.die(error)))
+    req.end()
+  })
+
+interface RegistryNode {
+  readonly id: string
+  readonly status: string
+  readonly owner: string | null
+  readonly initiator: string | null
+}
+
+/**
+ * The registry snapshot once it shows what the test waits for: the server takes initiators from
+ * the registry's event feed on a fiber of its own, so a snapshot taken at once may not have the
+ * last one yet. Re-asked (no timer) until `ready`.
+ */
+const registryWhen = (
+  served: Served,
+  headers: Record<string, string>,
+  ready: (agents: ReadonlyArray<RegistryNode>) => boolean
+) =>
+  Effect.gen(function*() {
+    for (let attempt = 0; attempt < 500; attempt++) {
+      const reply = yield* request(`${served.url}/inspector/api/registry`, { headers })
+      assert.strictEqual(reply.status, 200, JSON.stringify(reply.body))
+      const agents = (reply.body as { readonly agents: ReadonlyArray<RegistryNode> }).agents
+      if (ready(agents)) return agents
+      yield* Effect.yieldNow()
+    }
+    return yield* Effect.dieMessage("the registry snapshot never showed what the test waits for")
+  })
+
+describe("inspector", () => {
+  it.scoped("INS-01 the page and its modules are served with their content types; no request reaches a file outside the folder", () =>
+    Effect.gen(function*() {
+      const served = yield* serve(yield* fileStore, [])
+      // /inspector redirects to the folder, relative so a prefix in front of the server is kept
+      const bare = yield* rawGet(served.url, "/inspector")
+      assert.strictEqual(bare.status, 302)
+      const page = yield* Effect.promise(() => fetch(`${served.url}/inspector`))
+      assert.strictEqual(page.status, 200)
+      assert.strictEqual(page.url, `${served.url}/inspector/`)
+      assert.strictEqual(page.headers.get("content-type"), "text/html; charset=utf-8")
+      assert.include(page.headers.get("content-security-policy") ?? "", "script-src 'self'")
+      const html = yield* Effect.promise(() => page.text())
+      assert.include(html, `<script type="module" src="app.js"></script>`)
+      const types: Record<string, string> = {
+        "app.js": "text/javascript; charset=utf-8",
+        "api.js": "text/javascript; charset=utf-8",
+        "timeline.js": "text/javascript; charset=utf-8",
+        "dom.js": "text/javascript; charset=utf-8",
+        "style.css": "text/css; charset=utf-8",
+        "index.html": "text/html; charset=utf-8"
+      }
+      for (const [file, type] of Object.entries(types)) {
+        const reply = yield* Effect.promise(() => fetch(`${served.url}/inspector/${file}`))
+        assert.strictEqual(reply.status, 200, file)
+        assert.strictEqual(reply.headers.get("content-type"), type, file)
+        assert.strictEqual(reply.headers.get("x-content-type-options"), "nosniff", file)
+        const body = yield* Effect.promise(() => reply.text())
+        assert.strictEqual(body, fs.readFileSync(new URL(`../inspector/${file}`, import.meta.url), "utf8"), file)
+      }
+      // the modules are plain JavaScript checked by TypeScript (`// @ts-check`), nothing to build
+      for (const file of ["app.js", "api.js", "timeline.js", "dom.js"]) {
+        assert.match(fs.readFileSync(new URL(`../inspector/${file}`, import.meta.url), "utf8"), /^\/\/ @ts-check\n/, file)
+      }
+      // traversal: encoded and plain dot segments, other folders, other extensions, files that do not exist
+      const secret = fs.readFileSync(new URL("../package.json", import.meta.url), "utf8")
+      for (
+        const attempt of [
+          "/inspector/../package.json",
+          "/inspector/..%2fpackage.json",
+          "/inspector/%2e%2e%2fpackage.json",
+          "/inspector/%2e%2e/package.json",
+          "/inspector/..%2f..%2fpackage.json",
+          "/inspector/..%5cpackage.json",
+          "/inspector/.%2e/.%2e/package.json",
+          "/inspector/%2fetc%2fpasswd",
+          "/inspector/....%2f%2fpackage.json",
+          "/inspector/tsconfig.json",
+          "/inspector/missing.js",
+          "/inspector/app.js%00.css",
+          "/inspector/.htaccess"
+        ]
+      ) {
+        const reply = yield* rawGet(served.url, attempt)
+        assert.strictEqual(reply.status, 404, `${attempt}: ${reply.body}`)
+        assert.notInclude(reply.body, "\"name\": \"effect-agent\"", attempt)
+        assert.notStrictEqual(reply.body, secret, attempt)
+      }
+    }))
+
+  it.scoped("INS-01 inspector: false serves neither the page nor the registry; the API is unchanged", () =>
+    Effect.gen(function*() {
+      const served = yield* serve(yield* fileStore, [], { http: { inspector: false } })
+      assert.strictEqual((yield* rawGet(served.url, "/inspector/")).status, 404)
+      assert.strictEqual((yield* rawGet(served.url, "/inspector/app.js")).status, 404)
+      assert.strictEqual((yield* rawGet(served.url, "/inspector/api/registry")).status, 404)
+      assert.strictEqual((yield* request(`${served.url}/sessions`)).status, 200)
+    }))
+
+  it.scoped("INS-01 GET /inspector/api/registry: live agents with their owners and initiators; the sessions routes' bearer authentication", () =>
+    Effect.gen(function*() {
+      const served = yield* serve(yield* fileStore, [], {
+        http: {
+          authenticate: (token) =>
+            Effect.succeed(Redacted.value(token) === "letmein" ? Option.some({ id: "ops" }) : Option.none()),
+          authorize: (principal, _id, action) => Effect.succeed(principal.id === "ops" || action !== "list")
+        }
+      })
+      const anonymous = yield* request(`${served.url}/inspector/api/registry`)
+      assert.strictEqual(anonymous.status, 401)
+      assert.strictEqual((anonymous.body as { readonly type: string }).type, "effect-agent/Unauthorized")
+      assert.strictEqual(anonymous.headers.get("www-authenticate"), "Bearer")
+      const wrong = yield* request(`${served.url}/inspector/api/registry`, { headers: { authorization: "Bearer nope" } })
+      assert.strictEqual(wrong.status, 401)
+      // the page's files are public (they hold no data): only the data routes ask for the token
+      assert.strictEqual((yield* rawGet(served.url, "/inspector/app.js")).status, 200)
+      const asOps = { authorization: "Bearer letmein" }
+      const empty = yield* request(`${served.url}/inspector/api/registry`, { headers: asOps })
+      assert.deepStrictEqual(empty.body, { agents: [] })
+
+      // a host-owned root and, created from its work, a child it owns (REG-07, INIT)
+      const parent = yield* served.host.get("lead", { options: route })
+      yield* served.registry.create({ sessionId: "helper", options: route, parentAgent: parent }).pipe(
+        served.registry.withInitiator(parent)
+      )
+      yield* served.registry.create({ sessionId: "loner", options: route })
+      const snapshot = (ready: (agents: ReadonlyArray<RegistryNode>) => boolean) => registryWhen(served, asOps, ready)
+      const agents = yield* snapshot((list) => list.some((agent) => agent.initiator === "lead"))
+      assert.deepStrictEqual(agents, [
+        { id: "lead", status: "idle", owner: null, initiator: null },
+        { id: "helper", status: "idle", owner: "lead", initiator: "lead" },
+        { id: "loner", status: "idle", owner: null, initiator: null }
+      ])
+      // the service query behind it (REG-07, one snapshot)
+      const owners = yield* served.registry.owners
+      assert.deepStrictEqual(owners.map(({ agent, owner }) => [agent.id, Option.getOrNull(owner)]), [
+        ["lead", null],
+        ["helper", "lead"],
+        ["loner", null]
+      ])
+      // an owner is one only while both are live: the passivated lead leaves its helper a root
+      assert.isTrue(yield* served.host.passivate("lead"))
+      const after = yield* snapshot((list) => !list.some((agent) => agent.id === "lead"))
+      assert.deepStrictEqual(after, [
+        { id: "helper", status: "idle", owner: null, initiator: "lead" },
+        { id: "loner", status: "idle", owner: null, initiator: null }
+      ])
+    }))
+})
+
+// -------------------------------------------------------------------------------------------------
+// INS-02: the page in a real browser
+
+/** Chromium, closed with the Scope. */
+const launchBrowser = Effect.acquireRelease(
+  Effect.promise(() =>
+    chromium.launch({
+      executablePath: chromiumPath,
+      headless: true,
+      args: process.getuid?.() === 0 ? ["--no-sandbox"] : []
+    })
+  ),
+  (browser: Browser) => Effect.promise(() => browser.close())
+)
+
+/** A page whose errors fail the test: an uncaught exception or a console error in the inspector is a defect. */
+const openPage = (browser: Browser) =>
+  Effect.gen(function*() {
+    const context = yield* Effect.acquireRelease(
+      Effect.promise(() => browser.newContext({ viewport: { width: 1400, height: 900 } })),
+      (context) => Effect.promise(() => context.close())
+    )
+    const page = yield* Effect.promise(() => context.newPage())
+    page.setDefaultTimeout(20_000)
+    const errors: Array<string> = []
+    page.on("pageerror", (error) => errors.push(`page error: ${error.message}`))
+    page.on("response", (response) => {
+      if (response.status() >= 400) errors.push(`${response.status()} from ${response.url()}`)
+    })
+    page.on("console", (message) => {
+      if (message.type() === "error") errors.push(`console error: ${message.text()}`)
+    })
+    return { page, errors }
+  })
+
+const inPage = <A>(f: () => Promise<A>) => Effect.promise(f)
+
+/** The text of the first element matching `selector`, once it contains `text`. */
+const waitForText = (page: Page, selector: string, text: string) =>
+  inPage(() => page.locator(selector, { hasText: text }).first().waitFor()).pipe(
+    Effect.zipRight(inPage(() => page.locator(selector, { hasText: text }).first().innerText()))
+  )
+
+const screenshotDirectory = (fallback: string) => {
+  const dir = process.env["EFFECT_AGENT_SCREENSHOT_DIR"] ?? fallback
+  fs.mkdirSync(dir, { recursive: true })
+  return dir
+}
+
+describe("inspector in Chromium", () => {
+  it.scoped.skipIf(!hasChromium && !inCi)(
+    "INS-02 headless Chromium: the timeline shows a tool call's arguments and a crash repair, a live delta while the turn streams, and a steer typed in the page reaches the log",
+    () =>
+      Effect.gen(function*() {
+        if (!hasChromium) {
+          return yield* Effect.dieMessage(
+            `INS-02 needs Chromium at ${chromiumPath} under CI: .ci/run installs Debian's chromium package`
+          )
+        }
+        const store = yield* fileStore
+        const served = yield* serve(
+          store,
+          {
+            seeded: [
+              [
+                Model.text("Let me look at the file."),
+                Model.toolCall("call-1", "read_file", JSON.stringify({ path: "notes/todo.txt", lines: 3 }))
+              ],
+              Model.text("The file lists two tasks.")
+            ],
+            live: [Model.hang("Thinking it over")]
+          },
+          { host: { setup: (agent) => agent.tools.register(readFile) } }
+        )
+        // seeded sessions: one with a tool turn, a fork of it (lineage), one created empty
+        const put = (id: string) => request(`${served.url}/sessions/${id}`, { method: "PUT", body: { options: route } })
+        assert.strictEqual((yield* put("seeded")).status, 201)
+        const sent = yield* request(`${served.url}/sessions/seeded/messages`, {
+          method: "POST",
+          body: { text: "What is in notes/todo.txt?" }
+        })
+        assert.strictEqual(sent.status, 202)
+        yield* served.host.use("seeded", (agent) => agent.whenIdle)
+        const fork = yield* request(`${served.url}/sessions/seeded/fork`, { method: "POST", body: { childId: "seeded-copy" } })
+        assert.strictEqual(fork.status, 201, JSON.stringify(fork.body))
+        assert.strictEqual((yield* put("live")).status, 201)
+        // a log a crash left inside a turn (a tool call without its result), repaired when the host resumes it
+        yield* Effect.scoped(Effect.flatMap(
+          Context.get(store.context, SessionPersistence).create(header("crashed" as SessionId)),
+          (writer) => writer.append(openTurn())
+        )).pipe(Effect.orDie)
+        yield* served.host.get("crashed")
+        const repaired = yield* storedEvents(store, "crashed")
+        assert.deepStrictEqual(repaired.at(-1)?.data, { turn: 1, reason: { kind: "interrupted" } })
+
+        const browser = yield* launchBrowser
+        const { errors, page } = yield* openPage(browser)
+        yield* inPage(() => page.goto(`${served.url}/inspector`))
+
+        // the sessions list: every seeded session, with status and usage
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="seeded-copy"]`).waitFor())
+        const seededRow = yield* inPage(() => page.locator(`#sessions tr[data-session-id="seeded"]`).innerText())
+        assert.include(seededRow, "tokens")
+        // the registry tree: the live agents of the host
+        yield* inPage(() => page.locator(`#registry li[data-agent-id="seeded"]`).waitFor())
+
+        // the seeded session's timeline: the tool call with its arguments and its result
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="seeded"]`).click())
+        const args = yield* waitForText(page, `.tool-call[data-call-id="call-1"] .arguments`, "notes/todo.txt")
+        assert.deepStrictEqual(JSON.parse(args), { path: "notes/todo.txt", lines: 3 })
+        const result = yield* waitForText(page, `.tool-call[data-call-id="call-1"] .result`, "ship the inspector")
+        assert.include(result, "notes/todo.txt: 3 lines")
+        assert.include(yield* waitForText(page, ".turn .assistant", "two tasks"), "The file lists two tasks.")
+        assert.include(yield* waitForText(page, ".turn.end-completed .turn-end", "completed"), "turn end: completed")
+
+        // the repaired session: the closer result and the interrupted turn end are highlighted as repairs
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="crashed"]`).click())
+        const closer = yield* waitForText(page, `.tool-call[data-call-id="call-1"] .result.repair`, "TOOL_OUTCOME_UNKNOWN")
+        assert.include(closer, "repair")
+        yield* waitForText(page, ".turn.end-interrupted .turn-end.repair", "interrupted")
+        const shots = screenshotDirectory(yield* tempDirectory("effect-agent-inspector-"))
+        const repairShot = path.join(shots, "inspector-repair.png")
+        yield* inPage(() => page.screenshot({ path: repairShot, fullPage: true }))
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="seeded"]`).click())
+        yield* waitForText(page, `.tool-call[data-call-id="call-1"] .arguments`, "notes/todo.txt")
+
+        const seededShot = path.join(shots, "inspector-seeded.png")
+        yield* inPage(() => page.screenshot({ path: seededShot, fullPage: true }))
+
+        // a turn streams on "live": its text appears in the page before anything of it is durable
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="live"]`).click())
+        yield* inPage(() => page.locator("#stream-state.open").waitFor())
+        yield* inPage(() => page.fill("#message", "Start working"))
+        yield* inPage(() => page.click("#send"))
+        const delta = yield* waitForText(page, ".live-delta .text", "Thinking it over")
+        assert.strictEqual(delta, "Thinking it over")
+        const whileStreaming = yield* storedEvents(store, "live")
+        assert.isFalse(whileStreaming.some((event) => event.type === "assistant/message"))
+
+        // a steer typed in the page: durable in the session's inbox (next step, waking)
+        yield* inPage(() => page.fill("#message", "Also check the calendar"))
+        yield* inPage(() => page.selectOption("#mode", "steer"))
+        yield* inPage(() => page.click("#send"))
+        yield* waitForText(page, "#notice", "sent steer")
+        const steered = (yield* storedEvents(store, "live")).filter((event): event is Extract<SessionEvent, { type: "agent/inbox/spliced" }> =>
+          event.type === "agent/inbox/spliced" &&
+          (event.data as { readonly inserted: ReadonlyArray<unknown> }).inserted.length > 0
+        )
+        const steer = steered.find((event) => event.data.inserted.some((message) => textOf(message.content) === "Also check the calendar"))
+        assert.isDefined(steer)
+        assert.strictEqual(steer!.data.target, "next-step")
+        assert.notStrictEqual(steer!.data.wake, false)
+        // and the page shows it from the event stream
+        yield* waitForText(page, ".splice .text", "Also check the calendar")
+
+        // cancel from the page: the turn ends aborted by the user; the text streamed so far is now durable
+        // (an interrupted assistant message), which replaces the live one
+        yield* inPage(() => page.click("#cancel"))
+        yield* waitForText(page, ".turn.end-aborted .turn-end", "aborted")
+        assert.include(yield* waitForText(page, ".assistant.interrupted", "Thinking it over"), "interrupted")
+        assert.strictEqual(yield* inPage(() => page.locator(".live-delta").count()), 0)
+        const ended = (yield* storedEvents(store, "live")).find((event) => event.type === "turn/end")
+        assert.deepStrictEqual(ended?.data, { turn: 1, reason: { kind: "aborted", cause: { kind: "user" } } })
+
+        const liveShot = path.join(shots, "inspector-live.png")
+        yield* inPage(() => page.screenshot({ path: liveShot, fullPage: true }))
+        assert.isAbove(fs.statSync(seededShot).size, 10_000)
+        assert.isAbove(fs.statSync(liveShot).size, 10_000)
+        assert.isAbove(fs.statSync(repairShot).size, 10_000)
+        // eslint-disable-next-line no-console
+        console.info(`INS-02 screenshots: ${seededShot} ${repairShot} ${liveShot}`)
+        assert.deepStrictEqual(errors, [])
+      }),
+    120_000
+  )
+})
+
