@@ -28,13 +28,13 @@ import type { HttpClient } from "@effect/platform"
 import { HttpClient as Client } from "@effect/platform"
 import type { Response } from "@effect/ai"
 import { AiError, LanguageModel } from "@effect/ai"
-import type { ConfigError, Scope } from "effect"
+import type { ConfigError } from "effect"
 import { Config, Duration, Effect, Layer, Option, Redacted, Stream } from "effect"
 import { ModelError, RouteRefused } from "./AgentError.js"
 import * as anthropicMessages from "./internal/anthropicMessages.js"
 import * as adapter from "./internal/languageModel.js"
 import * as openAiChat from "./internal/openAiChat.js"
-import type { Timeouts } from "./internal/modelTimeouts.js"
+import type { RequestWatch, Timeouts } from "./internal/modelTimeouts.js"
 import * as providerHttp from "./internal/providerHttp.js"
 import { collectParts, PartsSink, sseStream } from "./internal/wireParts.js"
 import type { ReplySink, SseReply, WireOptions } from "./internal/wireParts.js"
@@ -152,31 +152,32 @@ type WireRequest = <B>(
   model: string | undefined,
   maxTokens: number | undefined,
   sink: () => ReplySink<B>,
-  abortOn?: Scope.Scope | undefined
+  watch?: RequestWatch | undefined
 ) => Stream.Stream<B, ModelError>
 
 const wireRequest = (
   config: WireConfig,
   protocol: WireProtocol
 ): Effect.Effect<WireRequest, never, HttpClient.HttpClient> =>
-  Effect.map(Client.HttpClient, (client): WireRequest => (options, requested, maxTokens, sink, abortOn) => {
-    const model = requested ?? config.model
-    if (model === undefined) {
-      return Stream.fail(
-        new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: no model: set one in the options or the request` })
-      )
+  Effect.map(Client.HttpClient, (client): WireRequest => {
+    const dropped = providerHttp.droppedMidStream(config.provider, config.secret)
+    const redact = providerHttp.redactError(config.secret)
+    return (options, requested, maxTokens, sink, watch) => {
+      const model = requested ?? config.model
+      if (model === undefined) {
+        return Stream.fail(
+          new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: no model: set one in the options or the request` })
+        )
+      }
+      const open = providerHttp.postEventStream(client, {
+        provider: config.provider,
+        url: config.url,
+        headers: config.headers,
+        secret: config.secret,
+        body: protocol.body(options, model, maxTokens)
+      }, watch)
+      return sseStream({ open, dropped, redact, watch }, () => protocol.reply(config.provider), sink)
     }
-    const text = providerHttp.postEventStream(client, {
-      provider: config.provider,
-      url: config.url,
-      headers: config.headers,
-      secret: config.secret,
-      body: protocol.body(options, model, maxTokens)
-    }, abortOn)
-    return Stream.mapError(
-      sseStream(text, () => protocol.reply(config.provider), sink),
-      providerHttp.redactError(config.secret)
-    )
   })
 
 /** A `LanguageModel` over one wire protocol (model and `maxTokens` from `RequestSettings`); `generateText` collects the stream. */
@@ -219,8 +220,8 @@ const wireLayer = (
     Effect.gen(function*() {
       const request = yield* wireRequest(yield* config, protocol)
       const timeouts = timeoutsOf(options)
-      const chunks = (wireOptions: WireOptions, model: string, maxTokens: number | undefined, abortOn: Scope.Scope) =>
-        request(wireOptions, model, maxTokens, () => new adapter.ChunkSink(), abortOn)
+      const chunks = (wireOptions: WireOptions, model: string, maxTokens: number | undefined, watch: RequestWatch) =>
+        request(wireOptions, model, maxTokens, () => new adapter.ChunkSink(), watch)
       return Model.of({
         stream: (modelRequest) => adapter.directStreamOf(chunks, modelRequest, timeouts),
         ...validatorOf(options.models)

@@ -3,19 +3,18 @@
  * whatever the line endings, the field spellings and where the network cuts the bytes.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Effect, Stream } from "effect"
+import { Chunk, Effect } from "effect"
 import * as sse from "../src/internal/sse.js"
 
 /** The data of the events of `text`, its bytes cut into pieces of `size` (all of them at once by default). */
 const dataOf = (text: string, size = Number.MAX_SAFE_INTEGER) =>
-  Effect.gen(function*() {
+  Effect.sync(() => {
     const bytes = new TextEncoder().encode(text)
     const pieces: Array<Uint8Array> = []
     for (let at = 0; at < bytes.length; at += size) pieces.push(bytes.subarray(at, at + size))
     const parser = new sse.Parser()
-    const texts = yield* Stream.runCollect(sse.text(Stream.fromIterable(pieces)))
     const out: Array<string> = []
-    for (const text of texts) parser.feed(text, out)
+    for (const piece of pieces) parser.feedBytes(piece, out)
     return out
   })
 

@@ -11,13 +11,12 @@ import { Prompt } from "@effect/ai"
 import type { AiError, LanguageModel, Response } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
 import { Clock, Context, Effect, Schema, Stream } from "effect"
-import type { Scope } from "effect"
 import { ModelError } from "../AgentError.js"
 import type { ModelChunk, ModelRequest, ToolSchema } from "../Model.js"
 import type { FinishReason } from "../SessionEvent.js"
 import { normalizeUsage } from "./modelOutput.js"
 import * as providerHttp from "./providerHttp.js"
-import type { Timeouts } from "./modelTimeouts.js"
+import type { RequestWatch, Timeouts } from "./modelTimeouts.js"
 import { withAbortingTimeouts, withTimeouts } from "./modelTimeouts.js"
 import { mapChunksOrFail, optionsKey } from "./wireParts.js"
 import type { ClosedCall, ReplySink, WireOptions } from "./wireParts.js"
@@ -341,7 +340,7 @@ export const directStreamOf = (
     options: WireOptions,
     model: string,
     maxTokens: number | undefined,
-    abortOn: Scope.Scope
+    watch: RequestWatch
   ) => Stream.Stream<ModelChunk, ModelError>,
   request: ModelRequest,
   timeouts: Timeouts
@@ -353,5 +352,5 @@ export const directStreamOf = (
       tools: Object.values(toolkit.tools),
       toolChoice: "auto"
     }
-    return withAbortingTimeouts((abortOn) => chunks(options, request.model, request.maxTokens, abortOn), timeouts)
+    return withAbortingTimeouts((watch) => chunks(options, request.model, request.maxTokens, watch), timeouts)
   })

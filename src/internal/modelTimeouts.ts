@@ -4,20 +4,19 @@
  * it covers the wait for the response). Either fails the stream `TIMEOUT` at once and closes the
  * provider's stream, so that its HTTP request is aborted (MOD-05).
  *
- * Two timer fibers per request and none per chunk (B13): `Stream.timeoutFail` forks a fiber and a
+ * One timer fiber per request and none per chunk (B13): `Stream.timeoutFail` forks a fiber and a
  * timer per pull and `Stream.interruptWhen` runs the stream in a merge, ≈160 Effect operations per
- * chunk together — and a provider streams about one chunk per delta. The idle timer sleeps until
- * the current wait would expire, then looks again. How a timer ends a wait depends on who owns
- * the HTTP request:
- * - {@link withAbortingTimeouts}, for our wire models: the consumer reads the HTTP stream itself
- *   and a timeout aborts the request, which fails a waiting read at once (≈4 operations per
- *   chunk);
+ * chunk together — and a provider streams about one chunk per delta. The timer sleeps until the
+ * earlier deadline, then looks again. How it ends a wait depends on who owns the HTTP request:
+ * - {@link withAbortingTimeouts}, for our wire models: the stream reading the HTTP body tells the
+ *   watch when it waits (no stage of its own), and a timeout aborts the request, which fails a
+ *   waiting read at once;
  * - {@link withTimeouts}, for any other `LanguageModel`: a reader fiber reads the stream one chunk
  *   ahead, and a timeout interrupts it (≈25 operations per chunk for the hand-over).
  *
  * @internal
  */
-import { Cause, Channel, Chunk, Duration, Effect, ExecutionStrategy, Exit, Fiber, Option, Scope, Stream } from "effect"
+import { Cause, Channel, Chunk, Duration, Effect, Exit, Fiber, FiberId, Option, Scope, Stream } from "effect"
 import type { Clock } from "effect"
 import { ModelError } from "../AgentError.js"
 
@@ -31,143 +30,167 @@ export interface Timeouts {
   readonly idleTimeout: Duration.Duration
 }
 
-/** The timers of one request and what they watch: since when the consumer has been waiting for the provider. */
+/** The timer of one request and what it watches: since when the consumer has been waiting for the provider. */
 abstract class Watch {
   /** Since when the provider has been awaited; undefined while nobody waits for it. */
   protected waitingSince: number | undefined = undefined
   /** The timeout that ended the stream. */
-  protected failure: ModelError | undefined = undefined
+  failure: ModelError | undefined = undefined
+  /** When the whole request times out (clock milliseconds). */
+  private readonly requestDeadline: number
+  private readonly idle: number
 
-  constructor(protected readonly clock: Clock.Clock, private readonly timeouts: Timeouts) {}
+  constructor(protected readonly clock: Clock.Clock, private readonly timeouts: Timeouts) {
+    this.requestDeadline = clock.unsafeCurrentTimeMillis() + Duration.toMillis(timeouts.requestTimeout)
+    this.idle = Duration.toMillis(timeouts.idleTimeout)
+  }
 
   /** Ends the wait in progress, if any, and closes the provider's stream (`failure` is set). */
   protected abstract expire(): Effect.Effect<void>
 
   private fire(error: ModelError): Effect.Effect<void> {
-    return Effect.suspend(() => {
-      if (this.failure !== undefined) return Effect.void
-      this.failure = error
-      return this.expire()
-    })
+    if (this.failure !== undefined) return Effect.void
+    this.failure = error
+    return this.expire()
   }
 
-  /** Fails the stream when the whole request has taken `requestTimeout`. */
-  private requestTimer(): Effect.Effect<void> {
-    return Effect.flatMap(Effect.sleep(this.timeouts.requestTimeout), () =>
-      this.fire(
+  /**
+   * Both timeouts in one timer (B13: one fiber and one clock timer per request): it sleeps until
+   * the earlier of the request's deadline and the current wait's, then looks again — a chunk
+   * that arrived meanwhile moved the wait's deadline.
+   */
+  readonly timer: Effect.Effect<void> = Effect.suspend(() => {
+    const now = this.clock.unsafeCurrentTimeMillis()
+    if (now >= this.requestDeadline) {
+      return this.fire(
         new ModelError({
           code: "TIMEOUT",
           reason: `the request took longer than ${Duration.format(this.timeouts.requestTimeout)} (requestTimeout)`
         })
-      ))
-  }
-
-  /** Fails the stream when one wait for the provider takes `idleTimeout`: sleeps until it would, then looks again. */
-  private idleTimer(): Effect.Effect<void> {
-    const idle = Duration.toMillis(this.timeouts.idleTimeout)
+      )
+    }
     const since = this.waitingSince
-    const left = since === undefined ? idle : since + idle - this.clock.unsafeCurrentTimeMillis()
-    if (left > 0) return Effect.flatMap(Effect.sleep(Duration.millis(left)), () => this.idleTimer())
-    return this.fire(
-      new ModelError({
-        code: "TIMEOUT",
-        reason: `no chunk arrived for ${Duration.format(this.timeouts.idleTimeout)} (idleTimeout)`
-      })
-    )
-  }
-
-  /** Forks both timers into `scope`. */
-  startTimers(scope: Scope.Scope): Effect.Effect<void> {
-    return Effect.zipRight(
-      fork(this.requestTimer(), scope),
-      fork(Effect.suspend(() => this.idleTimer()), scope)
-    )
-  }
+    if (since !== undefined && now >= since + this.idle) {
+      return this.fire(
+        new ModelError({
+          code: "TIMEOUT",
+          reason: `no chunk arrived for ${Duration.format(this.timeouts.idleTimeout)} (idleTimeout)`
+        })
+      )
+    }
+    const next = Math.min(this.requestDeadline, (since ?? now) + this.idle)
+    return Effect.flatMap(this.clock.sleep(Duration.millis(next - now)), () => this.timer)
+  })
 }
 
-/** Forks `effect` into `scope` (interruptible: the start runs uninterruptibly). */
-const fork = <R>(effect: Effect.Effect<void, never, R>, scope: Scope.Scope) =>
-  Effect.forkIn(Effect.interruptible(effect), scope)
+/**
+ * What a stream under {@link withAbortingTimeouts} tells the timer, and what it reads of it: the
+ * scope its HTTP request is tied to, and the timeout that aborted it.
+ *
+ * @internal
+ */
+export interface RequestWatch {
+  /** The scope the HTTP request is tied to (`HttpClient.withScope`): a timeout closes it. */
+  readonly abortOn: Scope.Scope
+  /** The timeout that fired, if one did: what a failure after the abort is to be reported as. */
+  readonly failure: ModelError | undefined
+  /** A wait for the provider starts now (a read of the body that will not be answered at once). */
+  waiting(): void
+  /** A chunk arrived: the stream is not waiting for the provider until it reads again. */
+  received(): void
+}
 
 /**
- * Runs `use` over what `start` made, in a scope of its own: started uninterruptibly (nothing it
- * forks can leak) and closed when the consumer's stream ends, fails or is interrupted.
+ * The watch of one of our wire requests: the stream reading the HTTP body says when each wait for
+ * the provider starts and ends; a timeout aborts the HTTP request, so that a read waiting for the
+ * body fails at once, and the stream turns what follows into the timeout. The first wait (for the
+ * response) starts with the request.
  */
-const scopedStream = <S, A, R>(
-  start: (scope: Scope.Scope, clock: Clock.Clock) => Effect.Effect<S, never, R>,
-  use: (made: S) => Channel.Channel<Chunk.Chunk<A>, unknown, ModelError, unknown, unknown, unknown>
-): Stream.Stream<A, ModelError, R> =>
-  Stream.fromChannel(
-    Channel.acquireUseRelease(
-      Effect.flatMap(Scope.make(), (scope) =>
-        Effect.clockWith((clock) => Effect.map(start(scope, clock), (made) => ({ scope, made })))),
-      ({ made }) => use(made),
-      ({ scope }, exit) => Scope.close(scope, exit)
-    )
-  )
-
-/**
- * The watch of one of our wire requests: the consumer's reads pass through {@link stage}, which
- * notes when each wait for the provider starts; a timeout aborts the HTTP request, so that a read
- * waiting for the body fails at once, and the stage turns what follows into the timeout.
- */
-class AbortingWatch extends Watch {
-  constructor(clock: Clock.Clock, timeouts: Timeouts, private readonly abort: Effect.Effect<void>) {
+class AbortingWatch extends Watch implements RequestWatch {
+  constructor(clock: Clock.Clock, timeouts: Timeouts, readonly abortOn: Scope.CloseableScope) {
     super(clock, timeouts)
+    this.waitingSince = clock.unsafeCurrentTimeMillis()
   }
 
   protected expire(): Effect.Effect<void> {
-    return this.abort
+    return Scope.close(this.abortOn, Exit.void)
   }
 
-  private done(): void {
+  waiting(): void {
+    this.waitingSince = this.clock.unsafeCurrentTimeMillis()
+  }
+
+  received(): void {
     this.waitingSince = undefined
-  }
-
-  /** Between the provider's stream and the consumer: one read per pull of the consumer. */
-  stage<A>(): Channel.Channel<Chunk.Chunk<A>, Chunk.Chunk<A>, ModelError, ModelError, unknown, unknown> {
-    const read: Channel.Channel<Chunk.Chunk<A>, Chunk.Chunk<A>, ModelError, ModelError, unknown, unknown> = Channel
-      .suspend(() => {
-        if (this.failure !== undefined) return Channel.fail(this.failure)
-        this.waitingSince = this.clock.unsafeCurrentTimeMillis()
-        return Channel.readWithCause({
-          onInput: (chunk: Chunk.Chunk<A>) => {
-            this.done()
-            return Channel.flatMap(Channel.write(chunk), () => read)
-          },
-          onFailure: (cause) => {
-            this.done()
-            // the aborted request's failure is the timeout's
-            return this.failure !== undefined ? Channel.fail(this.failure) : Channel.failCause(cause)
-          },
-          onDone: () => {
-            this.done()
-            return Channel.void
-          }
-        })
-      })
-    return read
   }
 }
 
 /**
- * The stream of one of our wire requests with both timeouts: `request` streams the reply with its
- * HTTP request tied to the scope it is given (`HttpClient.withScope`), which a timeout closes.
+ * `stream` telling `watch` when it waits for its upstream: a stage for a stream that does not read
+ * its HTTP body itself (the wire models' SSE reader does, without a stage of its own).
+ *
+ * @internal
+ */
+export const watched = <A>(
+  stream: Stream.Stream<A, ModelError>,
+  watch: RequestWatch
+): Stream.Stream<A, ModelError> => {
+  const read: Channel.Channel<Chunk.Chunk<A>, Chunk.Chunk<A>, ModelError, ModelError, unknown, unknown> = Channel
+    .suspend(() => {
+      if (watch.failure !== undefined) return Channel.fail(watch.failure)
+      watch.waiting()
+      return Channel.readWithCause({
+        onInput: (chunk: Chunk.Chunk<A>) => {
+          watch.received()
+          return Channel.flatMap(Channel.write(chunk), () => read)
+        },
+        onFailure: (cause) => {
+          watch.received()
+          // the aborted request's failure is the timeout's
+          return watch.failure !== undefined ? Channel.fail(watch.failure) : Channel.failCause(cause)
+        },
+        onDone: () => {
+          watch.received()
+          return Channel.void
+        }
+      })
+    })
+  return Stream.pipeThroughChannel(stream, read)
+}
+
+/**
+ * The stream of one of our wire requests with both timeouts (MOD-04): `request` streams the reply
+ * with its HTTP request tied to `watch.abortOn` (`HttpClient.withScope`), which a timeout closes,
+ * and tells the watch when it waits for the provider. The timer is one daemon fiber, interrupted
+ * (not awaited) when the stream ends, fails or is interrupted; the abort scope is closed then too,
+ * which aborts a request still running (MOD-05).
  *
  * @internal
  */
 export const withAbortingTimeouts = <A>(
-  request: (abortOn: Scope.Scope) => Stream.Stream<A, ModelError>,
+  request: (watch: RequestWatch) => Stream.Stream<A, ModelError>,
   timeouts: Timeouts
 ): Stream.Stream<A, ModelError> =>
-  scopedStream(
-    (scope, clock) =>
-      Effect.flatMap(Scope.fork(scope, ExecutionStrategy.sequential), (abortOn) => {
-        const watch = new AbortingWatch(clock, timeouts, Scope.close(abortOn, Exit.void))
-        return Effect.as(watch.startTimers(scope), { watch, abortOn })
-      }),
-    ({ abortOn, watch }) => Channel.pipeTo(Stream.toChannel(request(abortOn)), watch.stage<A>())
+  Stream.fromChannel(
+    Channel.acquireUseRelease(
+      Effect.clockWith((clock) =>
+        Effect.flatMap(Scope.make(), (abortOn) => {
+          const watch = new AbortingWatch(clock, timeouts, abortOn)
+          return Effect.map(Effect.forkDaemon(Effect.interruptible(watch.timer)), (timer) => ({ watch, timer }))
+        })
+      ),
+      ({ watch }) => Stream.toChannel(request(watch)),
+      ({ timer, watch }, exit) =>
+        Effect.zipRight(
+          Effect.sync(() => timer.unsafeInterruptAsFork(FiberId.none)),
+          Scope.close(watch.abortOn, exit)
+        )
+    )
   )
+
+/** Forks `effect` into `scope` (interruptible: the start runs uninterruptibly). */
+const fork = <R>(effect: Effect.Effect<void, never, R>, scope: Scope.Scope) =>
+  Effect.forkIn(Effect.interruptible(effect), scope)
 
 /** What the reader read: a chunk, or undefined at the end. */
 type Read<A> = Exit.Exit<Chunk.Chunk<A> | undefined, ModelError>
@@ -279,14 +302,18 @@ export const withTimeouts = <A, R>(
   stream: Stream.Stream<A, ModelError, R>,
   timeouts: Timeouts
 ): Stream.Stream<A, ModelError, R> =>
-  scopedStream(
-    (scope, clock) => {
-      const watch = new ReadAheadWatch<A>(clock, timeouts)
-      const reader = Effect.scoped(Effect.flatMap(Stream.toPull(stream), (pull) => watch.read(pull)))
-      return Effect.flatMap(fork(reader, scope), (readerFiber) => {
-        watch.readerFiber = readerFiber
-        return Effect.as(watch.startTimers(scope), watch)
-      })
-    },
-    (watch) => watch.channel
+  Stream.fromChannel(
+    Channel.acquireUseRelease(
+      Effect.flatMap(Scope.make(), (scope) =>
+        Effect.clockWith((clock) => {
+          const watch = new ReadAheadWatch<A>(clock, timeouts)
+          const reader = Effect.scoped(Effect.flatMap(Stream.toPull(stream), (pull) => watch.read(pull)))
+          return Effect.flatMap(fork(reader, scope), (readerFiber) => {
+            watch.readerFiber = readerFiber
+            return Effect.as(fork(watch.timer, scope), { scope, watch })
+          })
+        })),
+      ({ watch }) => watch.channel,
+      ({ scope }, exit) => Scope.close(scope, exit)
+    )
   )

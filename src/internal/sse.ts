@@ -1,17 +1,16 @@
 /**
- * A Server-Sent Events reader (the WHATWG event-stream format) over the decoded text of a body,
- * as the Chat Completions and Messages streaming APIs send it (MOD-03).
+ * A Server-Sent Events reader (the WHATWG event-stream format) over the bytes of a body, as the
+ * Chat Completions and Messages streaming APIs send it (MOD-03).
  *
  * @internal
  */
-import { Stream } from "effect"
-
 const LF = 10
 const COLON = 58
 const SPACE = 32
 
 /**
- * The event-stream parser, fed the body's text as it arrives (cut anywhere): it splits lines
+ * The event-stream parser, fed the body's bytes (or text) as they arrive, cut anywhere: it decodes
+ * UTF-8 (`feedBytes`), splits lines
  * (ended by `\n`, `\r\n` or `\r`, the ending possibly split between two pieces) and collects the
  * data of each event a blank line dispatches (its data lines joined by `\n`). Comments (`:`) and
  * other fields are ignored — `event:` too: neither protocol needs the event's name (Messages
@@ -28,6 +27,13 @@ export class Parser {
   private afterCR = false
   /** The data lines of the event so far, joined by `\n` (undefined: none yet). */
   private data: string | undefined = undefined
+  /** The body's bytes as UTF-8 text: a character cut between two network reads is decoded whole. */
+  private readonly decoder = new TextDecoder()
+
+  /** Reads one piece of the body's bytes, pushing the data of each event it completes onto `out`. */
+  feedBytes(bytes: Uint8Array, out: Array<string>): void {
+    this.feed(this.decoder.decode(bytes, { stream: true }), out)
+  }
 
   /** Reads one piece of the body's text, pushing the data of each event it completes onto `out`. */
   feed(text: string, out: Array<string>): void {
@@ -81,12 +87,3 @@ export class Parser {
     this.data = this.data === undefined ? value : this.data + "\n" + value
   }
 }
-
-/**
- * The text of a text/event-stream body, decoded as UTF-8 (a character cut between two network
- * reads is decoded whole), for a {@link Parser}.
- *
- * @internal
- */
-export const text = <E, R>(body: Stream.Stream<Uint8Array, E, R>): Stream.Stream<string, E, R> =>
-  Stream.decodeText(body)

@@ -7,8 +7,9 @@
  */
 import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
-import { Channel, Chunk, Option, Schema, Stream } from "effect"
+import { Cause, Channel, Chunk, Effect, Option, Schema, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
+import type { RequestWatch } from "./modelTimeouts.js"
 import * as sse from "./sse.js"
 
 /**
@@ -319,34 +320,93 @@ export const mapChunksOrFail = <A, B, E, E2, R>(
 }
 
 /**
- * What an SSE body says, as the sink builds it from the body's decoded text: a fresh parser,
- * `SseReply` and sink per run of the stream, in one stage.
+ * Where an SSE reply comes from: the body of a streaming request once it answered, what a failure
+ * of that body means, what must not leave in an error (the key, MOD-03), and, for our wire
+ * models' own requests, the watch of their timeouts (MOD-04).
  *
  * @internal
  */
-export const sseStream = <B>(
-  text: Stream.Stream<string, ModelError>,
+export interface SseSource<E> {
+  readonly open: Effect.Effect<Stream.Stream<Uint8Array, E>, ModelError>
+  /** The failure of a body that broke off (a transport error mid-stream). */
+  readonly dropped: (error: E) => ModelError
+  /** An error the reply reports, as it may leave (the API key redacted). */
+  readonly redact: (error: ModelError) => ModelError
+  readonly watch?: RequestWatch | undefined
+}
+
+/** The channel reading an SSE body: decode, parse, reply and sink in one stage. */
+type SseChannel<B, E> = Channel.Channel<Chunk.Chunk<B>, Chunk.Chunk<Uint8Array>, ModelError, E, unknown, unknown>
+
+/**
+ * What an SSE body says, as the sink builds it: a fresh parser, `SseReply` and sink per run, and
+ * one channel stage from the body's bytes to the sink's output (B13: no stage for decoding, for
+ * mapping errors or for the timeouts' watch, each of which cost Effect operations per network
+ * read and per request). With a watch, it is told when each wait for the provider starts — when
+ * the consumer asks for more, not while it is busy — and ends; once a timeout fired (aborting the
+ * request), what follows fails with it.
+ *
+ * @internal
+ */
+export const sseStream = <B, E>(
+  source: SseSource<E>,
   makeReply: () => SseReply,
   makeSink: () => ReplySink<B>
 ): Stream.Stream<B, ModelError> =>
-  Stream.suspend(() => {
+  // Channel.flatMap over the opening, not Stream.unwrap (≈140 Effect operations per request more)
+  Stream.fromChannel(Channel.flatMap(Channel.fromEffect(source.open), (body) => {
     const parser = new sse.Parser()
     const reply = makeReply()
     const sink = makeSink()
     const events: Array<string> = []
-    return mapChunksOrFail(text, (chunk, out: Array<B>) => {
+    const watch = source.watch
+    const fail = (error: ModelError): SseChannel<B, E> => Channel.fail(watch?.failure ?? source.redact(error))
+    const onBytes = (chunk: Chunk.Chunk<Uint8Array>, out: Array<B>): ModelError | undefined => {
       sink.out = out
-      for (const piece of chunk) {
+      for (const bytes of chunk) {
         events.length = 0
-        parser.feed(piece, events)
+        parser.feedBytes(bytes, events)
         for (const data of events) {
           const error = reply.onEvent(data, sink)
           if (error !== undefined) return error
         }
       }
       return undefined
-    }, (out) => {
-      sink.out = out
-      return reply.end(sink)
+    }
+    // after a write, the consumer's next pull starts the next wait
+    const next = (): SseChannel<B, E> => {
+      if (watch === undefined) return read
+      if (watch.failure !== undefined) return Channel.fail(watch.failure)
+      watch.waiting()
+      return read
+    }
+    const read: SseChannel<B, E> = Channel.readWithCause({
+      onInput: (chunk: Chunk.Chunk<Uint8Array>) => {
+        const out: Array<B> = []
+        const error = onBytes(chunk, out)
+        if (error !== undefined) return emit(out, fail(error))
+        if (out.length === 0) return next()
+        watch?.received()
+        return Channel.flatMap(Channel.write(Chunk.unsafeFromArray(out)), next)
+      },
+      onFailure: (cause) => {
+        watch?.received()
+        return watch?.failure !== undefined
+          ? Channel.fail(watch.failure)
+          : Channel.failCause(Cause.map(cause, source.dropped))
+      },
+      onDone: () => {
+        watch?.received()
+        if (watch?.failure !== undefined) return Channel.fail(watch.failure)
+        const out: Array<B> = []
+        sink.out = out
+        const error = reply.end(sink)
+        return emit(out, error !== undefined ? fail(error) : Channel.void)
+      }
     })
-  })
+    return Channel.pipeTo(Stream.toChannel(body), read)
+  }))
+
+/** Writes `out` (when not empty), then goes on with `next`. */
+const emit = <B, E>(out: Array<B>, next: SseChannel<B, E>): SseChannel<B, E> =>
+  out.length === 0 ? next : Channel.flatMap(Channel.write(Chunk.unsafeFromArray(out)), () => next)
