@@ -11,11 +11,12 @@
  *   (`Stream.runForEachChunk`), so neither pays for a per-element consumer the other does not;
  * - a round is one sample of each side, in alternating order (ours first on even rounds), each
  *   after a young-generation GC (`--expose-gc`, which `bench/run.ts` provides) so that neither
- *   collects the other's garbage; a sample is a few requests in a row (5 of the bulk reply, 1 of the paced one),
- *   and its figure is the process's CPU time (user + system) per request, which a busy neighbour
- *   does not inflate the way it does wall time (wall time is kept in the notes);
- * - the ratio is the median of the per-round ratios over many rounds, with the interquartile range
- *   beside the half-range spread.
+ *   collects the other's garbage; a sample is a few requests in a row (5 of the bulk reply, 1 of
+ *   the paced one), and its figure is the process's CPU time (user + system) per request, which a
+ *   busy neighbour does not inflate the way it does wall time (wall time is kept in the notes);
+ * - the ratio is the median of the per-round ratios over many rounds (61 for the bulk reply: its
+ *   per-round ratios spread ±15 % on a loaded machine), with the interquartile range beside the
+ *   half-range spread.
  *
  * Two server behaviours: the whole reply in one write (a few large network reads, the per-element
  * cost), and one write per SSE event spaced by `setImmediate` (about one event per read, as a real
@@ -274,7 +275,7 @@ export const scenario: Scenario = {
     const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
     try {
       return [
-        await measureMode("bulk", baseUrl, quick ? { rounds: 7, requests: 2 } : { rounds: 31, requests: 5 }, log),
+        await measureMode("bulk", baseUrl, quick ? { rounds: 7, requests: 2 } : { rounds: 61, requests: 5 }, log),
         await measureMode("paced", baseUrl, quick ? { rounds: 3, requests: 1 } : { rounds: 15, requests: 1 }, log)
       ]
     } finally {

@@ -166,7 +166,10 @@ const wireRequest = (
       const model = requested ?? config.model
       if (model === undefined) {
         return Stream.fail(
-          new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: no model: set one in the options or the request` })
+          new ModelError({
+            code: "BAD_REQUEST",
+            reason: `${config.provider}: no model: set one in the options or the request`
+          })
         )
       }
       const open = providerHttp.postEventStream(client, {
