@@ -34,9 +34,10 @@ import { ModelError, RouteRefused } from "./AgentError.js"
 import * as anthropicMessages from "./internal/anthropicMessages.js"
 import * as adapter from "./internal/languageModel.js"
 import * as openAiChat from "./internal/openAiChat.js"
+import type { RequestWatch, Timeouts } from "./internal/modelTimeouts.js"
 import * as providerHttp from "./internal/providerHttp.js"
-import { collectParts } from "./internal/wireParts.js"
-import type { WireOptions } from "./internal/wireParts.js"
+import { collectParts, PartsSink, sseStream } from "./internal/wireParts.js"
+import type { ReplySink, SseReply, WireOptions } from "./internal/wireParts.js"
 import { Model } from "./Model.js"
 
 /**
@@ -73,7 +74,7 @@ export interface AdapterOptions {
   readonly models?: ReadonlyArray<string> | undefined
 }
 
-const timeoutsOf = (options: AdapterOptions | undefined): adapter.Timeouts => ({
+const timeoutsOf = (options: AdapterOptions | undefined): Timeouts => ({
   requestTimeout: Duration.decode(options?.requestTimeout ?? Duration.minutes(10)),
   idleTimeout: Duration.decode(options?.idleTimeout ?? Duration.minutes(2))
 })
@@ -139,48 +140,63 @@ interface WireConfig {
 const toAiError = (method: string) => (error: ModelError): AiError.AiError =>
   new AiError.UnknownError({ module: "effect-agent/LanguageModelAdapter", method, description: error.message, cause: error })
 
-type WireBody = (options: WireOptions, model: string, maxTokens: number | undefined) => unknown
+/** One wire protocol: the JSON body of a request, and the state of one streamed reply. */
+interface WireProtocol {
+  readonly body: (options: WireOptions, model: string, maxTokens: number | undefined) => unknown
+  readonly reply: (provider: string) => SseReply
+}
 
-/** The parts of one request over one wire protocol, given its model and token limit. */
-const wireParts = (
+/** One streaming request over a wire protocol (its model and token limit), built by the caller's sink. */
+type WireRequest = <B>(
+  options: WireOptions,
+  model: string | undefined,
+  maxTokens: number | undefined,
+  sink: () => ReplySink<B>,
+  watch?: RequestWatch | undefined
+) => Stream.Stream<B, ModelError>
+
+const wireRequest = (
   config: WireConfig,
-  body: WireBody,
-  parts: typeof openAiChat.parts
-): Effect.Effect<
-  (options: WireOptions, model: string | undefined, maxTokens: number | undefined) => Stream.Stream<
-    Response.StreamPartEncoded,
-    ModelError
-  >,
-  never,
-  HttpClient.HttpClient
-> =>
-  Effect.map(Client.HttpClient, (client) => (options, requested, maxTokens) => {
-    const model = requested ?? config.model
-    if (model === undefined) {
-      return Stream.fail(
-        new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: no model: set one in the options or the request` })
-      )
+  protocol: WireProtocol
+): Effect.Effect<WireRequest, never, HttpClient.HttpClient> =>
+  Effect.map(Client.HttpClient, (client): WireRequest => {
+    const dropped = providerHttp.droppedMidStream(config.provider, config.secret)
+    const redact = providerHttp.redactError(config.secret)
+    return (options, requested, maxTokens, sink, watch) => {
+      const model = requested ?? config.model
+      if (model === undefined) {
+        return Stream.fail(
+          new ModelError({
+            code: "BAD_REQUEST",
+            reason: `${config.provider}: no model: set one in the options or the request`
+          })
+        )
+      }
+      const open = providerHttp.postEventStream(client, {
+        provider: config.provider,
+        url: config.url,
+        headers: config.headers,
+        secret: config.secret,
+        body: protocol.body(options, model, maxTokens)
+      }, watch)
+      return sseStream({ open, dropped, redact, watch }, () => protocol.reply(config.provider), sink)
     }
-    const events = providerHttp.postEvents(client, {
-      provider: config.provider,
-      url: config.url,
-      headers: config.headers,
-      secret: config.secret,
-      body: body(options, model, maxTokens)
-    })
-    return Stream.mapError(parts(config.provider, events, options.tools), providerHttp.redactError(config.secret))
   })
 
 /** A `LanguageModel` over one wire protocol (model and `maxTokens` from `RequestSettings`); `generateText` collects the stream. */
 const wireModel = (
   config: WireConfig,
-  body: WireBody,
-  parts: typeof openAiChat.parts
+  protocol: WireProtocol
 ): Effect.Effect<LanguageModel.Service, never, HttpClient.HttpClient> =>
-  Effect.flatMap(wireParts(config, body, parts), (request) => {
+  Effect.flatMap(wireRequest(config, protocol), (request) => {
     const stream = (options: LanguageModel.ProviderOptions): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
       Stream.unwrap(Effect.map(Effect.serviceOption(adapter.RequestSettings), (settings) =>
-        request(options, Option.getOrUndefined(settings)?.model, Option.getOrUndefined(settings)?.maxTokens)))
+        request(
+          options,
+          Option.getOrUndefined(settings)?.model,
+          Option.getOrUndefined(settings)?.maxTokens,
+          () => new PartsSink(options.tools)
+        )))
     return LanguageModel.make({
       streamText: (options) => Stream.mapError(stream(options), toAiError("streamText")),
       generateText: (options) =>
@@ -193,23 +209,24 @@ const wireModel = (
   })
 
 /**
- * Our `Model` over one wire protocol: the same parts as its `LanguageModel`, turned into chunks
- * without decoding each part through `@effect/ai`'s schemas (B13: that decoding was most of the
- * cost per delta).
+ * Our `Model` over one wire protocol: what its `LanguageModel` streams, built straight into chunks
+ * (B13: neither `@effect/ai`'s schema decoding of each part, which was most of the cost per delta,
+ * nor a part object and its assembly per delta).
  */
 const wireLayer = (
   config: Effect.Effect<WireConfig, ConfigError.ConfigError>,
-  body: WireBody,
-  parts: typeof openAiChat.parts,
+  protocol: WireProtocol,
   options: AdapterOptions
 ): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
   Layer.effect(
     Model,
     Effect.gen(function*() {
-      const request = yield* wireParts(yield* config, body, parts)
+      const request = yield* wireRequest(yield* config, protocol)
       const timeouts = timeoutsOf(options)
+      const chunks = (wireOptions: WireOptions, model: string, maxTokens: number | undefined, watch: RequestWatch) =>
+        request(wireOptions, model, maxTokens, () => new adapter.ChunkSink(), watch)
       return Model.of({
-        stream: (modelRequest) => adapter.directStreamOf(request, modelRequest, timeouts),
+        stream: (modelRequest) => adapter.directStreamOf(chunks, modelRequest, timeouts),
         ...validatorOf(options.models)
       })
     })
@@ -236,8 +253,11 @@ export interface OpenAiOptions extends AdapterOptions {
   readonly headers?: Readonly<Record<string, string>> | undefined
 }
 
-const openAiBody = (options: OpenAiOptions): WireBody => (wireOptions, model, maxTokens) =>
-  openAiChat.requestBody(wireOptions, { model, maxTokens, maxTokensField: options.maxTokensField ?? "max_tokens" })
+const openAiProtocol = (options: OpenAiOptions): WireProtocol => ({
+  body: (wireOptions, model, maxTokens) =>
+    openAiChat.requestBody(wireOptions, { model, maxTokens, maxTokensField: options.maxTokensField ?? "max_tokens" }),
+  reply: openAiChat.reply
+})
 
 const openAiConfig = (options: OpenAiOptions) =>
   Effect.gen(function*() {
@@ -272,7 +292,7 @@ const openAiConfig = (options: OpenAiOptions) =>
 export const makeOpenAiLanguageModel = (
   options: OpenAiOptions = {}
 ): Effect.Effect<LanguageModel.Service, ConfigError.ConfigError, HttpClient.HttpClient> =>
-  Effect.flatMap(openAiConfig(options), (config) => wireModel(config, openAiBody(options), openAiChat.parts))
+  Effect.flatMap(openAiConfig(options), (config) => wireModel(config, openAiProtocol(options)))
 
 /**
  * OpenAI Chat Completions as our `Model` (MOD-01, MOD-03): OpenAI, DeepSeek, vLLM, Ollama,
@@ -296,7 +316,7 @@ export const makeOpenAiLanguageModel = (
 export const openAi = (
   options: OpenAiOptions = {}
 ): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
-  wireLayer(openAiConfig(options), openAiBody(options), openAiChat.parts, options)
+  wireLayer(openAiConfig(options), openAiProtocol(options), options)
 
 /**
  * Options of {@link anthropic}.
@@ -319,8 +339,15 @@ export interface AnthropicOptions extends AdapterOptions {
   readonly headers?: Readonly<Record<string, string>> | undefined
 }
 
-const anthropicBody = (options: AnthropicOptions): WireBody => (wireOptions, model, maxTokens) =>
-  anthropicMessages.requestBody(wireOptions, { model, maxTokens, defaultMaxTokens: options.defaultMaxTokens ?? 4096 })
+const anthropicProtocol = (options: AnthropicOptions): WireProtocol => ({
+  body: (wireOptions, model, maxTokens) =>
+    anthropicMessages.requestBody(wireOptions, {
+      model,
+      maxTokens,
+      defaultMaxTokens: options.defaultMaxTokens ?? 4096
+    }),
+  reply: anthropicMessages.reply
+})
 
 const anthropicConfig = (options: AnthropicOptions) =>
   Effect.gen(function*() {
@@ -355,7 +382,7 @@ const anthropicConfig = (options: AnthropicOptions) =>
 export const makeAnthropicLanguageModel = (
   options: AnthropicOptions = {}
 ): Effect.Effect<LanguageModel.Service, ConfigError.ConfigError, HttpClient.HttpClient> =>
-  Effect.flatMap(anthropicConfig(options), (config) => wireModel(config, anthropicBody(options), anthropicMessages.parts))
+  Effect.flatMap(anthropicConfig(options), (config) => wireModel(config, anthropicProtocol(options)))
 
 /**
  * Anthropic Messages as our `Model` (MOD-01, MOD-03).
@@ -366,4 +393,4 @@ export const makeAnthropicLanguageModel = (
 export const anthropic = (
   options: AnthropicOptions = {}
 ): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
-  wireLayer(anthropicConfig(options), anthropicBody(options), anthropicMessages.parts, options)
+  wireLayer(anthropicConfig(options), anthropicProtocol(options), options)

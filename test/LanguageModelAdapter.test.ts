@@ -7,7 +7,22 @@ import type { Response } from "@effect/ai"
 import { AiError, LanguageModel, Tool as AiTool } from "@effect/ai"
 import { FetchHttpClient } from "@effect/platform"
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Duration, Effect, Exit, Fiber, Layer, Logger, Option, Redacted, Schema, Stream, TestClock } from "effect"
+import {
+  Cause,
+  Chunk,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Logger,
+  Option,
+  Redacted,
+  Schema,
+  Stream,
+  TestClock
+} from "effect"
 import * as LanguageModelAdapter from "../src/LanguageModelAdapter.js"
 import * as Message from "../src/Message.js"
 import type { SessionId } from "../src/Message.js"
@@ -184,8 +199,8 @@ describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
       const model = yield* modelOn("openai", server, { idleTimeout: "30 seconds" })
       const fiber = yield* Effect.fork(failureOf(model))
       const received = yield* server.awaitRequest(1)
-      // both timers (request and idle) are registered before the clock moves
-      yield* TestClock.sleeps().pipe(Effect.repeat({ until: (sleeps) => Chunk.size(sleeps) >= 2 }))
+      // the timer (one for both timeouts) is registered before the clock moves
+      yield* TestClock.sleeps().pipe(Effect.repeat({ until: (sleeps) => Chunk.size(sleeps) >= 1 }))
       yield* TestClock.adjust("30 seconds")
       const error = yield* Fiber.join(fiber)
       assert.strictEqual(error.code, "TIMEOUT")
@@ -199,12 +214,59 @@ describe("LanguageModelAdapter.openAi (Chat Completions)", () => {
       const model = yield* modelOn("openai", server, { requestTimeout: "1 minute", idleTimeout: "5 minutes" })
       const fiber = yield* Effect.fork(failureOf(model))
       const received = yield* server.awaitRequest(1)
-      yield* TestClock.sleeps().pipe(Effect.repeat({ until: (sleeps) => Chunk.size(sleeps) >= 2 }))
+      yield* TestClock.sleeps().pipe(Effect.repeat({ until: (sleeps) => Chunk.size(sleeps) >= 1 }))
       yield* TestClock.adjust("1 minute")
       const error = yield* Fiber.join(fiber)
       assert.strictEqual(error.code, "TIMEOUT")
       assert.include(error.message, "requestTimeout")
       yield* received.aborted
+    })))
+
+  it.effect("MOD-04 idleTimeout counts only waits for the provider: a consumer busy past it on a wire reply does not time out", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const server = yield* wire.start([wire.chatSse([delta({ content: "a" }), delta({ content: "b" }, "stop")])])
+      const model = yield* modelOn("openai", server, { idleTimeout: "30 seconds" })
+      const holding = yield* Deferred.make<void>()
+      const gate = yield* Deferred.make<void>()
+      const texts: Array<string> = []
+      const fiber = yield* Effect.fork(Stream.runForEach(model.stream(request()), (chunk) =>
+        chunk._tag !== "TextDelta" ? Effect.void : Effect.zipRight(
+          texts.length === 0 ? Effect.zipRight(Deferred.succeed(holding, undefined), Deferred.await(gate)) : Effect.void,
+          Effect.sync(() => texts.push(chunk.text))
+        )))
+      yield* Deferred.await(holding)
+      yield* TestClock.sleeps().pipe(Effect.repeat({ until: (sleeps) => Chunk.size(sleeps) >= 1 }))
+      // three idle timeouts while the consumer holds the first delta: the reader waits for nobody
+      yield* TestClock.adjust("90 seconds")
+      yield* Deferred.succeed(gate, undefined)
+      assert.isTrue(Exit.isSuccess(yield* Fiber.await(fiber)))
+      assert.deepStrictEqual(texts, ["a", "b"])
+    })))
+
+  it.effect("MOD-04 MOD-05 requestTimeout aborts a wire request while the consumer is busy; its next pull fails TIMEOUT", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const server = yield* wire.start([wire.chatSse([delta({ content: "a" })], "hang")])
+      const model = yield* modelOn("openai", server, { requestTimeout: "1 minute", idleTimeout: "5 minutes" })
+      const holding = yield* Deferred.make<void>()
+      const gate = yield* Deferred.make<void>()
+      const texts: Array<string> = []
+      const fiber = yield* Effect.fork(Stream.runForEach(model.stream(request()), (chunk) =>
+        chunk._tag !== "TextDelta" ? Effect.void : Effect.zipRight(
+          Effect.zipRight(Deferred.succeed(holding, undefined), Deferred.await(gate)),
+          Effect.sync(() => texts.push(chunk.text))
+        )))
+      const received = yield* server.awaitRequest(1)
+      yield* Deferred.await(holding)
+      yield* TestClock.sleeps().pipe(Effect.repeat({ until: (sleeps) => Chunk.size(sleeps) >= 1 }))
+      yield* TestClock.adjust("1 minute")
+      // the request is aborted at once, though nobody is reading its body
+      yield* received.aborted
+      yield* Deferred.succeed(gate, undefined)
+      const exit = yield* Fiber.await(fiber)
+      const error = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()
+      assert.isTrue(Option.isSome(error) && error.value.code === "TIMEOUT", "the stream should fail TIMEOUT")
+      assert.include(Option.getOrThrow(error).message, "requestTimeout")
+      assert.deepStrictEqual(texts, ["a"])
     })))
 
   it.scoped("MOD-05 MOD-07 interrupting a stream mid-reply aborts the HTTP request: the server sees the connection closed", () =>

@@ -13,17 +13,6 @@ import ts from "typescript"
 const root = fileURLToPath(new URL("..", import.meta.url))
 const maxLines = 120
 
-/**
- * Functions over the limit in files another change owns this session (issue 18/19's host, being
- * rewritten on its own branch): listed by file and name so that nothing else may grow past the limit
- * meanwhile. Each entry is to be removed when its file is split; CORE-10 is done when this is empty.
- */
-const pendingElsewhere: ReadonlyArray<string> = [
-  "src/internal/host.ts make",
-  "src/internal/host.ts (argument of Effect.gen)",
-  "src/internal/hostFileSummary.ts make"
-]
-
 interface LongFunction {
   readonly file: string
   readonly line: number
@@ -85,18 +74,13 @@ describe("module shape", () => {
       assert.deepStrictEqual(found.map((f) => [f.name, f.line, f.lines]), [["outer", 2, 11], ["inner", 3, 8]])
     }))
 
-  it.effect("CORE-10 no function in src is over 120 lines (but those listed as pending in another change)", () =>
+  it.effect("CORE-10 no function in src is over 120 lines", () =>
     Effect.sync(() => {
       const files = sourceFiles(path.join(root, "src"))
       assert.isAbove(files.length, 20)
       const offenders = files.flatMap((file) =>
         longFunctions(path.relative(root, file), fs.readFileSync(file, "utf8"), maxLines)
       )
-      assert.deepStrictEqual(
-        offenders
-          .filter((f) => !pendingElsewhere.includes(`${f.file} ${f.name}`))
-          .map((f) => `${f.file}:${f.line} ${f.name} (${f.lines} lines)`),
-        []
-      )
+      assert.deepStrictEqual(offenders.map((f) => `${f.file}:${f.line} ${f.name} (${f.lines} lines)`), [])
     }))
 })

@@ -5,11 +5,10 @@
  *
  * @internal
  */
-import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
-import { Either, Option, Stream } from "effect"
+import type { LanguageModel, Prompt, Response } from "@effect/ai"
+import { Option } from "effect"
 import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
-import type { SseEvent } from "./sse.js"
 import * as wire from "./wireParts.js"
 import type { WireOptions } from "./wireParts.js"
 
@@ -161,13 +160,13 @@ const finishReason = (reason: string | undefined): Response.FinishReason => {
 }
 
 type Block =
-  | { readonly kind: "text" }
-  | { readonly kind: "reasoning" }
+  | { readonly kind: "text"; readonly id: string }
+  | { readonly kind: "reasoning"; readonly id: string }
   | { readonly kind: "tool"; readonly id: string; readonly name: string; text: string; readonly input: unknown }
   | { readonly kind: "other" }
 
 /** The state of one streamed reply. */
-class MessagesReply {
+class MessagesReply implements wire.SseReply {
   readonly blocks = new Map<number, Block>()
   stop: string | undefined = undefined
   stopped = false
@@ -175,45 +174,42 @@ class MessagesReply {
   cached: number | undefined = undefined
   output: number | undefined = undefined
 
-  constructor(readonly provider: string, readonly tools: ReadonlyArray<Tool.Any>) {}
+  constructor(readonly provider: string) {}
 
-  onEvent(event: SseEvent): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
-    const parsed = providerHttp.parseJson(event.data)
-    if (Option.isNone(parsed) || typeof wire.field(parsed.value, "type") !== "string") {
-      return Either.left(wire.malformed(this.provider, event.data))
-    }
-    const data = parsed.value
-    const out: Array<Response.StreamPartEncoded> = []
-    switch (wire.field(data, "type")) {
+  /** Tells the sink what the data of one SSE event says, or returns the failure it reports. */
+  onEvent<B>(text: string, sink: wire.ReplySink<B>): ModelError | undefined {
+    const data = providerHttp.parseJsonObject(text)
+    if (data === undefined || typeof data["type"] !== "string") return wire.malformed(this.provider, text)
+    switch (data["type"]) {
       case "message_start":
-        this.usage(wire.field(wire.field(data, "message"), "usage"))
+        this.usage(wire.field(data["message"], "usage"))
         break
       case "content_block_start":
-        this.onStart(wire.count(wire.field(data, "index")) ?? 0, wire.field(data, "content_block"), out)
+        this.onStart(wire.count(data["index"]) ?? 0, data["content_block"], sink)
         break
       case "content_block_delta":
-        this.onDelta(wire.count(wire.field(data, "index")) ?? 0, wire.field(data, "delta"), out)
+        this.onDelta(wire.count(data["index"]) ?? 0, data["delta"], sink)
         break
       case "content_block_stop":
-        this.onStop(wire.count(wire.field(data, "index")) ?? 0, out)
+        this.onStop(wire.count(data["index"]) ?? 0, sink)
         break
       case "message_delta": {
-        const reason = wire.field(wire.field(data, "delta"), "stop_reason")
+        const reason = wire.field(data["delta"], "stop_reason")
         if (typeof reason === "string") this.stop = reason
-        this.usage(wire.field(data, "usage"))
+        this.usage(data["usage"])
         break
       }
       case "message_stop":
         this.stopped = true
         break
       case "error": {
-        const error = wire.field(data, "error")
-        const message = String(wire.field(error, "message") ?? event.data)
+        const error = data["error"]
+        const message = String(wire.field(error, "message") ?? text)
         const code = providerHttp.streamErrorCode(String(wire.field(error, "type") ?? ""), message)
-        return Either.left(new ModelError({ code, reason: `${this.provider}: ${message}` }))
+        return new ModelError({ code, reason: `${this.provider}: ${message}` })
       }
     }
-    return Either.right(out)
+    return undefined
   }
 
   private usage(usage: unknown): void {
@@ -222,19 +218,22 @@ class MessagesReply {
     this.output = wire.count(wire.field(usage, "output_tokens")) ?? this.output
   }
 
-  private onStart(index: number, block: unknown, out: Array<Response.StreamPartEncoded>): void {
+  private onStart<B>(index: number, block: unknown, sink: wire.ReplySink<B>): void {
     switch (wire.field(block, "type")) {
       case "text": {
-        this.blocks.set(index, { kind: "text" })
-        out.push({ type: "text-start", id: `text-${index}` })
+        const id = `text-${index}`
+        this.blocks.set(index, { kind: "text", id })
+        sink.textStart(id)
         const text = wire.field(block, "text")
-        if (typeof text === "string" && text !== "") out.push({ type: "text-delta", id: `text-${index}`, delta: text })
+        if (typeof text === "string" && text !== "") sink.textDelta(id, text)
         break
       }
-      case "thinking":
-        this.blocks.set(index, { kind: "reasoning" })
-        out.push({ type: "reasoning-start", id: `reasoning-${index}` })
+      case "thinking": {
+        const id = `reasoning-${index}`
+        this.blocks.set(index, { kind: "reasoning", id })
+        sink.reasoningStart(id)
         break
+      }
       case "tool_use":
         this.blocks.set(index, {
           kind: "tool",
@@ -249,50 +248,45 @@ class MessagesReply {
     }
   }
 
-  private onDelta(index: number, delta: unknown, out: Array<Response.StreamPartEncoded>): void {
+  private onDelta<B>(index: number, delta: unknown, sink: wire.ReplySink<B>): void {
     const block = this.blocks.get(index)
     const type = wire.field(delta, "type")
     if (block?.kind === "text" && type === "text_delta") {
-      out.push({ type: "text-delta", id: `text-${index}`, delta: String(wire.field(delta, "text") ?? "") })
+      sink.textDelta(block.id, String(wire.field(delta, "text") ?? ""))
     } else if (block?.kind === "reasoning" && type === "thinking_delta") {
-      out.push({ type: "reasoning-delta", id: `reasoning-${index}`, delta: String(wire.field(delta, "thinking") ?? "") })
+      sink.reasoningDelta(block.id, String(wire.field(delta, "thinking") ?? ""))
     } else if (block?.kind === "tool" && type === "input_json_delta") {
       block.text += String(wire.field(delta, "partial_json") ?? "")
     }
   }
 
-  private onStop(index: number, out: Array<Response.StreamPartEncoded>): void {
+  private onStop<B>(index: number, sink: wire.ReplySink<B>): void {
     const block = this.blocks.get(index)
     if (block === undefined) return
     this.blocks.delete(index)
-    if (block.kind === "text") out.push({ type: "text-end", id: `text-${index}` })
-    else if (block.kind === "reasoning") out.push({ type: "reasoning-end", id: `reasoning-${index}` })
+    if (block.kind === "text") sink.textEnd(block.id)
+    else if (block.kind === "reasoning") sink.reasoningEnd(block.id)
     else if (block.kind === "tool") {
       // a call without arguments streams no JSON: its text is the (empty) input it started with
       const text = block.text === "" ? JSON.stringify(block.input ?? {}) : block.text
-      out.push(...wire.closeCall({ id: block.id, name: block.name, text }, this.tools))
+      sink.toolCall({ id: block.id, name: block.name, text })
     }
   }
 
-  end(): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
-    if (!this.stopped && this.stop === undefined) return Either.left(wire.truncated(this.provider))
-    return Either.right([{
-      type: "finish",
-      reason: finishReason(this.stop),
-      usage: wire.usagePart({ input: this.input, output: this.output, cached: this.cached })
-    }])
+  /** Tells the sink how the reply closes, or returns `NETWORK` when it never said it was complete. */
+  end<B>(sink: wire.ReplySink<B>): ModelError | undefined {
+    if (!this.stopped && this.stop === undefined) return wire.truncated(this.provider)
+    return sink.finish(
+      finishReason(this.stop),
+      wire.usagePart({ input: this.input, output: this.output, cached: this.cached })
+    )
   }
 }
 
 /**
- * The `@effect/ai` stream parts of a Messages SSE stream; each tool call closes with its block,
- * with its raw argument text (MOD-02).
+ * The state of one streamed Messages reply: each tool call closes with its block, with its raw
+ * argument text (MOD-02).
  *
  * @internal
  */
-export const parts = (
-  provider: string,
-  events: Stream.Stream<SseEvent, ModelError>,
-  tools: ReadonlyArray<Tool.Any>
-): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
-  wire.sseParts(events, () => new MessagesReply(provider, tools))
+export const reply = (provider: string): wire.SseReply => new MessagesReply(provider)

@@ -10,14 +10,16 @@ import type { Toolkit } from "@effect/ai"
 import { Prompt } from "@effect/ai"
 import type { AiError, LanguageModel, Response } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
-import { Chunk, Clock, Context, Duration, Effect, Schema, Stream } from "effect"
+import { Clock, Context, Effect, Schema, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
 import type { ModelChunk, ModelRequest, ToolSchema } from "../Model.js"
 import type { FinishReason } from "../SessionEvent.js"
 import { normalizeUsage } from "./modelOutput.js"
 import * as providerHttp from "./providerHttp.js"
-import { optionsKey } from "./wireParts.js"
-import type { WireOptions } from "./wireParts.js"
+import type { RequestWatch, Timeouts } from "./modelTimeouts.js"
+import { withAbortingTimeouts, withTimeouts } from "./modelTimeouts.js"
+import { mapChunksOrFail, optionsKey } from "./wireParts.js"
+import type { ClosedCall, ReplySink, WireOptions } from "./wireParts.js"
 
 /**
  * The per-request settings the adapter hands to the wire models (MOD-01): the request's model
@@ -64,58 +66,55 @@ export const toolkitOf = (tools: ReadonlyArray<ToolSchema>): Toolkit.WithHandler
 /**
  * The prompt of a request: the system text, then the log's messages. A tool call carries the
  * log's raw argument text in its provider options (`"effect-agent".arguments`) beside the parsed
- * parameters; a tool result carries our content parts.
+ * parameters; a tool result carries our content parts. Built with `@effect/ai`'s constructors, not
+ * decoded through its schemas: the log's messages are valid by construction, and decoding the
+ * prompt cost more per request than the whole reply's parsing (B13).
  *
  * @internal
  */
-export const promptOf = (request: ModelRequest): Array<Prompt.MessageEncoded> => {
-  const out: Array<Prompt.MessageEncoded> = []
-  if (request.system !== undefined) out.push({ role: "system", content: request.system })
+export const promptOf = (request: ModelRequest): Prompt.Prompt => {
+  const out: Array<Prompt.Message> = []
+  if (request.system !== undefined) out.push(Prompt.makeMessage("system", { content: request.system }))
   for (const message of request.messages) {
     switch (message.role) {
       case "user":
-        out.push({
-          role: "user",
+        out.push(Prompt.makeMessage("user", {
           content: message.content.map((part) =>
             part.type === "text"
-              ? { type: "text", text: part.text }
-              : { type: "file", mediaType: part.mediaType, data: part.data }
+              ? Prompt.makePart("text", { text: part.text })
+              : Prompt.makePart("file", { mediaType: part.mediaType, data: part.data })
           )
-        })
+        }))
         break
       case "assistant":
-        out.push({
-          role: "assistant",
+        out.push(Prompt.makeMessage("assistant", {
           content: message.content.map((part) =>
             part.type === "tool-call"
-              ? {
-                type: "tool-call",
+              ? Prompt.makePart("tool-call", {
                 id: part.callId,
                 name: part.name,
                 params: parsedOrText(part.arguments),
                 providerExecuted: false,
                 options: { [optionsKey]: { arguments: part.arguments } }
-              }
-              : part
+              })
+              : Prompt.makePart(part.type, { text: part.text })
           )
-        })
+        }))
         break
       case "tool":
-        out.push({
-          role: "tool",
-          content: [{
-            type: "tool-result",
+        out.push(Prompt.makeMessage("tool", {
+          content: [Prompt.makePart("tool-result", {
             id: message.toolCallId,
             name: message.toolName,
             isFailure: message.isError,
             result: message.content,
             providerExecuted: false
-          }]
-        })
+          })]
+        }))
         break
     }
   }
-  return out
+  return Prompt.fromMessages(out)
 }
 
 const parsedOrText = (text: string): unknown => {
@@ -186,32 +185,40 @@ class Assembly {
   private readonly params = new Map<string, { name: string; text: string }>()
   private readonly emitted = new Set<string>()
 
-  onPart(part: Response.StreamPart<AnyTools> | Response.StreamPartEncoded): ReadonlyArray<ModelChunk> | ModelError {
+  /** Pushes the chunks of one part, or returns the failure it stands for. */
+  onPart(
+    part: Response.StreamPart<AnyTools> | Response.StreamPartEncoded,
+    out: Array<ModelChunk>
+  ): ModelError | undefined {
     switch (part.type) {
       case "text-delta":
-        return part.delta === "" ? [] : [{ _tag: "TextDelta", text: part.delta }]
+        if (part.delta !== "") out.push({ _tag: "TextDelta", text: part.delta })
+        return undefined
       case "reasoning-delta":
-        return part.delta === "" ? [] : [{ _tag: "ReasoningDelta", text: part.delta }]
+        if (part.delta !== "") out.push({ _tag: "ReasoningDelta", text: part.delta })
+        return undefined
       case "tool-params-start":
         this.params.set(part.id, { name: part.name, text: "" })
-        return []
+        return undefined
       case "tool-params-delta": {
         const call = this.params.get(part.id)
         if (call !== undefined) call.text += part.delta
-        return []
+        return undefined
       }
       case "tool-params-end": {
         const call = this.params.get(part.id)
-        if (call === undefined || this.emitted.has(part.id)) return []
+        if (call === undefined || this.emitted.has(part.id)) return undefined
         this.emitted.add(part.id)
-        return [{ _tag: "ToolCall", callId: part.id, name: call.name, arguments: call.text }]
+        out.push({ _tag: "ToolCall", callId: part.id, name: call.name, arguments: call.text })
+        return undefined
       }
       case "tool-call": {
-        if (this.emitted.has(part.id) || part.providerExecuted === true) return []
+        if (this.emitted.has(part.id) || part.providerExecuted === true) return undefined
         this.emitted.add(part.id)
         const raw = part.metadata?.[optionsKey]?.["arguments"]
         const text = typeof raw === "string" ? raw : this.params.get(part.id)?.text ?? JSON.stringify(part.params)
-        return [{ _tag: "ToolCall", callId: part.id, name: part.name, arguments: text }]
+        out.push({ _tag: "ToolCall", callId: part.id, name: part.name, arguments: text })
+        return undefined
       }
       case "finish": {
         const reason = finishOf(part.reason)
@@ -222,13 +229,65 @@ class Assembly {
           reasoningTokens: part.usage.reasoningTokens,
           cachedInputTokens: part.usage.cachedInputTokens
         })
-        return [{ _tag: "Finish", reason, ...(usage !== undefined ? { usage } : {}) }]
+        out.push({ _tag: "Finish", reason, ...(usage !== undefined ? { usage } : {}) })
+        return undefined
       }
       case "error":
         return new ModelError({ code: "PROVIDER", reason: `the provider reported an error: ${describe(part.error)}` })
       default:
-        return []
+        return undefined
     }
+  }
+
+  /** Pushes the chunks of the parts of one stream chunk, or returns the failure one stands for. */
+  onParts(
+    parts: Iterable<Response.StreamPart<AnyTools> | Response.StreamPartEncoded>,
+    out: Array<ModelChunk>
+  ): ModelError | undefined {
+    for (const part of parts) {
+      const error = this.onPart(part, out)
+      if (error !== undefined) return error
+    }
+    return undefined
+  }
+}
+
+const nothingAtTheEnd = () => undefined
+
+/**
+ * The chunks of one of our wire replies (B13): what {@link Assembly} makes of the parts the same
+ * reply gives a `PartsSink` (tool calls with their raw text, the finish with the usage the log can
+ * carry), without the parts.
+ *
+ * @internal
+ */
+export class ChunkSink implements ReplySink<ModelChunk> {
+  out: Array<ModelChunk> = []
+
+  textStart(): void {}
+  textDelta(_id: string, delta: string): void {
+    if (delta !== "") this.out.push({ _tag: "TextDelta", text: delta })
+  }
+  textEnd(): void {}
+  reasoningStart(): void {}
+  reasoningDelta(_id: string, delta: string): void {
+    if (delta !== "") this.out.push({ _tag: "ReasoningDelta", text: delta })
+  }
+  reasoningEnd(): void {}
+  toolCall(call: ClosedCall): void {
+    this.out.push({ _tag: "ToolCall", callId: call.id, name: call.name, arguments: call.text })
+  }
+  finish(reason: Response.FinishReason, usage: Response.FinishPartEncoded["usage"]): ModelError | undefined {
+    const finish = finishOf(reason)
+    if (finish instanceof ModelError) return finish
+    const normalized = normalizeUsage({
+      inputTokens: usage.inputTokens,
+      outputTokens: usage.outputTokens,
+      reasoningTokens: usage.reasoningTokens,
+      cachedInputTokens: usage.cachedInputTokens
+    })
+    this.out.push({ _tag: "Finish", reason: finish, ...(normalized !== undefined ? { usage: normalized } : {}) })
+    return undefined
   }
 }
 
@@ -241,46 +300,6 @@ const describe = (error: unknown): string => {
     return String(error)
   }
 }
-
-/**
- * The timeouts of one request (MOD-04): the whole request, and the wait for each next chunk.
- *
- * @internal
- */
-export interface Timeouts {
-  readonly requestTimeout: Duration.Duration
-  readonly idleTimeout: Duration.Duration
-}
-
-/**
- * The stream with both timeouts; either fails `TIMEOUT` and interrupts the provider's stream (so
- * the HTTP request is aborted, MOD-05).
- *
- * @internal
- */
-export const withTimeouts = <A, R>(
-  stream: Stream.Stream<A, ModelError, R>,
-  timeouts: Timeouts
-): Stream.Stream<A, ModelError, R> =>
-  stream.pipe(
-    Stream.timeoutFail(
-      () =>
-        new ModelError({
-          code: "TIMEOUT",
-          reason: `no chunk arrived for ${Duration.format(timeouts.idleTimeout)} (idleTimeout)`
-        }),
-      timeouts.idleTimeout
-    ),
-    Stream.interruptWhen(
-      Effect.flatMap(Effect.sleep(timeouts.requestTimeout), () =>
-        Effect.fail(
-          new ModelError({
-            code: "TIMEOUT",
-            reason: `the request took longer than ${Duration.format(timeouts.requestTimeout)} (requestTimeout)`
-          })
-        ))
-    )
-  )
 
 /**
  * Our `Model` stream over a `LanguageModel` (MOD-01): `streamText` with the request's prompt and
@@ -301,57 +320,37 @@ export const streamOf = (
       toolkit: toolkitOf(request.tools),
       disableToolCallResolution: true
     })
-    const chunks = parts.pipe(
-      Stream.catchAll((error) =>
-        Stream.fromEffect(Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(modelErrorOf(error, now))))
-      ),
-      Stream.mapChunksEffect((chunk) => {
-        const out: Array<ModelChunk> = []
-        for (const part of chunk) {
-          const next = assembly.onPart(part)
-          if (next instanceof ModelError) return Effect.fail(next)
-          out.push(...next)
-        }
-        return Effect.succeed(Chunk.unsafeFromArray(out))
-      }),
-      Stream.provideService(RequestSettings, { model: request.model, maxTokens: request.maxTokens })
-    )
+    const chunks = mapChunksOrFail(
+      Stream.catchAll(parts, (error) =>
+        Stream.fromEffect(Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(modelErrorOf(error, now))))),
+      (chunk, out: Array<ModelChunk>) => assembly.onParts(chunk, out),
+      nothingAtTheEnd
+    ).pipe(Stream.provideService(RequestSettings, { model: request.model, maxTokens: request.maxTokens }))
     return withTimeouts(chunks, timeouts)
   })
 
 /**
- * The wire models' parts as chunks without `LanguageModel`'s decoding of every part (B13): the
- * same parts, prompt and toolkit as {@link streamOf}, for our own Chat Completions and Messages
- * models, whose parts are built valid.
+ * Our wire models' chunks (B13): the same prompt and toolkit as {@link streamOf}, the chunks built
+ * straight from the reply by a {@link ChunkSink}, without `LanguageModel`'s decoding of every part.
  *
  * @internal
  */
 export const directStreamOf = (
-  parts: (options: WireOptions, model: string, maxTokens: number | undefined) => Stream.Stream<
-    Response.StreamPartEncoded,
-    ModelError
-  >,
+  chunks: (
+    options: WireOptions,
+    model: string,
+    maxTokens: number | undefined,
+    watch: RequestWatch
+  ) => Stream.Stream<ModelChunk, ModelError>,
   request: ModelRequest,
   timeouts: Timeouts
 ): Stream.Stream<ModelChunk, ModelError> =>
   Stream.suspend(() => {
-    const assembly = new Assembly()
     const toolkit = toolkitOf(request.tools)
     const options: WireOptions = {
-      prompt: Prompt.make(promptOf(request)),
+      prompt: promptOf(request),
       tools: Object.values(toolkit.tools),
       toolChoice: "auto"
     }
-    const chunks = parts(options, request.model, request.maxTokens).pipe(
-      Stream.mapChunksEffect((chunk) => {
-        const out: Array<ModelChunk> = []
-        for (const part of chunk) {
-          const next = assembly.onPart(part)
-          if (next instanceof ModelError) return Effect.fail(next)
-          for (const item of next) out.push(item)
-        }
-        return Effect.succeed(Chunk.unsafeFromArray(out))
-      })
-    )
-    return withTimeouts(chunks, timeouts)
+    return withAbortingTimeouts((watch) => chunks(options, request.model, request.maxTokens, watch), timeouts)
   })

@@ -5,11 +5,9 @@
  *
  * @internal
  */
-import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
-import { Either, Option, Stream } from "effect"
+import type { LanguageModel, Prompt, Response } from "@effect/ai"
 import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
-import type { SseEvent } from "./sse.js"
 import * as wire from "./wireParts.js"
 import type { WireOptions } from "./wireParts.js"
 
@@ -147,7 +145,7 @@ const finishReason = (reason: string | undefined, hasCalls: boolean): Response.F
 }
 
 /** The state of one streamed reply. */
-class ChatReply {
+class ChatReply implements wire.SseReply {
   text = false
   reasoning = false
   readonly calls = new Map<number, { id: string; name: string; text: string }>()
@@ -155,53 +153,52 @@ class ChatReply {
   finished = false
   usage: unknown = undefined
 
-  constructor(readonly provider: string, readonly tools: ReadonlyArray<Tool.Any>) {}
+  constructor(readonly provider: string) {}
 
-  /** The parts of one SSE event, or the failure it reports. */
-  onEvent(event: SseEvent): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
-    if (event.data === "[DONE]") {
+  /** Tells the sink what the data of one SSE event says, or returns the failure it reports. */
+  onEvent<B>(data: string, sink: wire.ReplySink<B>): ModelError | undefined {
+    if (data === "[DONE]") {
       this.finished = true
-      return Either.right([])
+      return undefined
     }
-    const parsed = providerHttp.parseJson(event.data)
-    if (Option.isNone(parsed) || typeof parsed.value !== "object" || parsed.value === null) {
-      return Either.left(wire.malformed(this.provider, event.data))
-    }
-    const chunk = parsed.value
-    const error = wire.field(chunk, "error")
+    const chunk = providerHttp.parseJsonObject(data)
+    if (chunk === undefined) return wire.malformed(this.provider, data)
+    const error = chunk["error"]
     if (error !== undefined) {
       const message = String(wire.field(error, "message") ?? JSON.stringify(error))
       const kind = String(wire.field(error, "code") ?? wire.field(error, "type") ?? "")
-      return Either.left(
-        new ModelError({ code: providerHttp.streamErrorCode(kind, message), reason: `${this.provider}: ${message}` })
-      )
+      const code = providerHttp.streamErrorCode(kind, message)
+      return new ModelError({ code, reason: `${this.provider}: ${message}` })
     }
-    const usage = wire.field(chunk, "usage")
+    const usage = chunk["usage"]
     if (usage !== undefined && usage !== null) this.usage = usage
-    const out: Array<Response.StreamPartEncoded> = []
-    const choices = wire.field(chunk, "choices")
+    const choices = chunk["choices"]
     const choice = Array.isArray(choices) ? choices[0] : undefined
-    if (choice !== undefined) this.onChoice(choice, out)
-    return Either.right(out)
+    if (choice !== undefined) this.onChoice(choice, sink)
+    return undefined
   }
 
-  private onChoice(choice: unknown, out: Array<Response.StreamPartEncoded>): void {
-    const delta = wire.field(choice, "delta")
-    const reasoning = wire.field(delta, "reasoning_content") ?? wire.field(delta, "reasoning")
-    if (typeof reasoning === "string" && reasoning !== "") {
-      if (!this.reasoning) out.push({ type: "reasoning-start", id: "reasoning-0" })
-      this.reasoning = true
-      out.push({ type: "reasoning-delta", id: "reasoning-0", delta: reasoning })
+  private onChoice<B>(choice: unknown, sink: wire.ReplySink<B>): void {
+    const fields = wire.asObject(choice)
+    if (fields === undefined) return
+    const delta = wire.asObject(fields["delta"])
+    if (delta !== undefined) {
+      const reasoning = delta["reasoning_content"] ?? delta["reasoning"]
+      if (typeof reasoning === "string" && reasoning !== "") {
+        if (!this.reasoning) sink.reasoningStart("reasoning-0")
+        this.reasoning = true
+        sink.reasoningDelta("reasoning-0", reasoning)
+      }
+      const content = delta["content"]
+      if (typeof content === "string" && content !== "") {
+        if (!this.text) sink.textStart("text-0")
+        this.text = true
+        sink.textDelta("text-0", content)
+      }
+      const toolCalls = delta["tool_calls"]
+      if (Array.isArray(toolCalls)) for (const fragment of toolCalls) this.onFragment(fragment)
     }
-    const content = wire.field(delta, "content")
-    if (typeof content === "string" && content !== "") {
-      if (!this.text) out.push({ type: "text-start", id: "text-0" })
-      this.text = true
-      out.push({ type: "text-delta", id: "text-0", delta: content })
-    }
-    const toolCalls = wire.field(delta, "tool_calls")
-    if (Array.isArray(toolCalls)) for (const fragment of toolCalls) this.onFragment(fragment)
-    const reason = wire.field(choice, "finish_reason")
+    const reason = fields["finish_reason"]
     if (typeof reason === "string") this.finish = reason
   }
 
@@ -222,42 +219,34 @@ class ChatReply {
     if (typeof args === "string") call.text += args
   }
 
-  /** The closing parts, or `NETWORK` when the reply never said it was complete. */
-  end(): Either.Either<Array<Response.StreamPartEncoded>, ModelError> {
-    if (!this.finished && this.finish === undefined) return Either.left(wire.truncated(this.provider))
-    const out: Array<Response.StreamPartEncoded> = []
-    if (this.reasoning) out.push({ type: "reasoning-end", id: "reasoning-0" })
-    if (this.text) out.push({ type: "text-end", id: "text-0" })
+  /** Tells the sink how the reply closes, or returns `NETWORK` when it never said it was complete. */
+  end<B>(sink: wire.ReplySink<B>): ModelError | undefined {
+    if (!this.finished && this.finish === undefined) return wire.truncated(this.provider)
+    if (this.reasoning) sink.reasoningEnd("reasoning-0")
+    if (this.text) sink.textEnd("text-0")
     const indexes = [...this.calls.keys()].sort((a, b) => a - b)
     for (const index of indexes) {
       const call = this.calls.get(index)!
-      out.push(...wire.closeCall({ ...call, id: call.id === "" ? `call_${index}` : call.id }, this.tools))
+      sink.toolCall({ id: call.id === "" ? `call_${index}` : call.id, name: call.name, text: call.text })
     }
     const usage = this.usage
-    out.push({
-      type: "finish",
-      reason: finishReason(this.finish, this.calls.size > 0),
-      usage: wire.usagePart({
+    return sink.finish(
+      finishReason(this.finish, this.calls.size > 0),
+      wire.usagePart({
         input: wire.count(wire.field(usage, "prompt_tokens")),
         output: wire.count(wire.field(usage, "completion_tokens")),
         reasoning: wire.count(wire.field(wire.field(usage, "completion_tokens_details"), "reasoning_tokens")),
         cached: wire.count(wire.field(wire.field(usage, "prompt_tokens_details"), "cached_tokens")) ??
           wire.count(wire.field(usage, "prompt_cache_hit_tokens"))
       })
-    })
-    return Either.right(out)
+    )
   }
 }
 
 /**
- * The `@effect/ai` stream parts of a Chat Completions SSE stream. Tool calls close at the end of
- * the reply, in `index` order, with their raw argument text (MOD-02).
+ * The state of one streamed Chat Completions reply: tool calls close at the end of the reply, in
+ * `index` order, with their raw argument text (MOD-02).
  *
  * @internal
  */
-export const parts = (
-  provider: string,
-  events: Stream.Stream<SseEvent, ModelError>,
-  tools: ReadonlyArray<Tool.Any>
-): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
-  wire.sseParts(events, () => new ChatReply(provider, tools))
+export const reply = (provider: string): wire.SseReply => new ChatReply(provider)

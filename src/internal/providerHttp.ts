@@ -5,11 +5,12 @@
  *
  * @internal
  */
-import type { HttpClient } from "@effect/platform"
-import { HttpClientRequest } from "@effect/platform"
-import { Duration, Effect, Option, Redacted, Stream } from "effect"
+import type { HttpClientError, HttpClientResponse } from "@effect/platform"
+import { HttpClient, HttpClientRequest } from "@effect/platform"
+import type { Stream } from "effect"
+import { Duration, Effect, Redacted, Scope } from "effect"
 import { ModelError } from "../AgentError.js"
-import * as sse from "./sse.js"
+import type { RequestWatch } from "./modelTimeouts.js"
 
 /** How much of an error body is read (the provider's message is at its start). */
 const MAX_ERROR_BODY = 16 * 1024
@@ -138,46 +139,80 @@ export interface PostOptions {
 }
 
 /**
- * POSTs `body` as JSON and streams the SSE events of a 2xx answer. Any other status fails with
- * its `ModelError`; a transport failure (refused, reset, dropped mid-stream) fails `NETWORK`.
- * Interrupting the stream aborts the request (MOD-05): the platform client aborts the fetch
- * when the body stream ends early.
+ * The failure of a body that broke off mid-stream (reset, dropped): `NETWORK`, retried (MOD-04).
  *
  * @internal
  */
-export const postEvents = (
+export const droppedMidStream = (provider: string, secret: Redacted.Redacted | undefined) =>
+(error: { readonly message: string }): ModelError =>
+  new ModelError({
+    code: "NETWORK",
+    reason: `${provider}: the connection dropped mid-stream: ${redact(error.message, secret)}`
+  })
+
+/**
+ * POSTs `body` as JSON and gives the body stream (bytes) of a 2xx answer. Any other status fails
+ * with its `ModelError`; a transport failure (refused, reset) fails `NETWORK`. Interrupting the
+ * body stream aborts the request (MOD-05): the platform client aborts the fetch when the body
+ * stream ends early. With a `watch`, the request is tied to its scope instead
+ * (`HttpClient.withScope`): closing it aborts the request, and a read waiting for the body fails
+ * at once; a failure after its timeout fired is that timeout.
+ *
+ * @internal
+ */
+export const postEventStream = (
   client: HttpClient.HttpClient,
-  options: PostOptions
-): Stream.Stream<sse.SseEvent, ModelError> => {
+  options: PostOptions,
+  watch?: RequestWatch | undefined
+): Effect.Effect<Stream.Stream<Uint8Array, HttpClientError.ResponseError>, ModelError> => {
   const request = HttpClientRequest.post(options.url).pipe(
     HttpClientRequest.setHeaders(options.headers),
     HttpClientRequest.bodyUnsafeJson(options.body)
   )
-  const network = (what: string) => (error: { readonly message: string }) =>
-    new ModelError({ code: "NETWORK", reason: `${options.provider}: ${what}: ${redact(error.message, options.secret)}` })
-  return Stream.unwrap(Effect.gen(function*() {
-    const response = yield* Effect.mapError(client.execute(request), network("the request failed"))
-    if (response.status >= 200 && response.status < 300) {
-      return Stream.mapError(sse.events(response.stream), network("the connection dropped mid-stream"))
-    }
+  const execute = watch === undefined
+    ? client.execute(request)
+    : Effect.provideService(HttpClient.withScope(client).execute(request), Scope.Scope, watch.abortOn)
+  const opened = Effect.flatMap(
+    Effect.mapError(execute, (error) =>
+      new ModelError({
+        code: "NETWORK",
+        reason: `${options.provider}: the request failed: ${redact(error.message, options.secret)}`
+      })),
+    (response) => response.status >= 200 && response.status < 300
+      ? Effect.succeed(response.stream)
+      : failedStatus(options, response)
+  )
+  // what fails after a timeout aborted the request is that timeout
+  return watch === undefined ? opened : Effect.mapError(opened, (error) => watch.failure ?? error)
+}
+
+/** The `ModelError` of a non-2xx answer, from its status, headers and the start of its body. */
+const failedStatus = (
+  options: PostOptions,
+  response: HttpClientResponse.HttpClientResponse
+): Effect.Effect<never, ModelError> =>
+  Effect.gen(function*() {
     const body = yield* response.text.pipe(
       Effect.map((text) => text.slice(0, MAX_ERROR_BODY)),
       Effect.orElseSucceed(() => "")
     )
     const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
     return yield* Effect.fail(statusError(options.provider, response.status, response.headers, body, options.secret, now))
-  }))
-}
+  })
 
 /**
- * A JSON value of an SSE data line, or None when it is not JSON.
+ * The JSON object of an SSE data line, or undefined when it is not a JSON object.
  *
  * @internal
  */
-export const parseJson = (text: string): Option.Option<unknown> => {
+export const parseJsonObject = (text: string): Record<string, unknown> | undefined => {
+  let parsed: unknown
   try {
-    return Option.some(JSON.parse(text))
+    parsed = JSON.parse(text)
   } catch {
-    return Option.none()
+    return undefined
   }
+  return typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)
+    ? parsed as Record<string, unknown>
+    : undefined
 }

@@ -7,9 +7,10 @@
  */
 import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
-import { Chunk, Effect, Either, Option, Schema, Stream } from "effect"
+import { Cause, Channel, Chunk, Effect, Option, Schema, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
-import type { SseEvent } from "./sse.js"
+import type { RequestWatch } from "./modelTimeouts.js"
+import * as sse from "./sse.js"
 
 /**
  * What the wire models read of `LanguageModel.ProviderOptions`.
@@ -141,14 +142,19 @@ export const count = (value: unknown): number | undefined =>
   typeof value === "number" && Number.isInteger(value) && value >= 0 ? value : undefined
 
 /**
+ * A JSON object's fields (undefined for anything else).
+ *
+ * @internal
+ */
+export const asObject = (value: unknown): Record<string, unknown> | undefined =>
+  typeof value === "object" && value !== null && !Array.isArray(value) ? value as Record<string, unknown> : undefined
+
+/**
  * A field of a JSON object (undefined for anything else).
  *
  * @internal
  */
-export const field = (value: unknown, name: string): unknown =>
-  typeof value === "object" && value !== null && !Array.isArray(value)
-    ? (value as Record<string, unknown>)[name]
-    : undefined
+export const field = (value: unknown, name: string): unknown => asObject(value)?.[name]
 
 /**
  * The failure of a stream that ended before the provider said the reply was complete: the
@@ -202,37 +208,205 @@ export const collectParts = (parts: ReadonlyArray<Response.StreamPartEncoded>): 
 }
 
 /**
- * The state of one streamed reply of a wire protocol: the parts each SSE event yields, then the
- * parts its end yields (a provider error or a malformed event fails the stream).
+ * A tool call as a wire reply closes it: its id, name and the model's raw argument text.
+ *
+ * @internal
+ */
+export interface ClosedCall {
+  readonly id: string
+  readonly name: string
+  readonly text: string
+}
+
+/**
+ * What a wire reply says, in the order the provider says it, written into `out` (the output of the
+ * stream chunk being read): both the `@effect/ai` parts of our `LanguageModel`s and the adapter's
+ * chunks are built from it (B13: building chunks straight from the reply saves a part object and
+ * its assembly per delta).
+ *
+ * @internal
+ */
+export interface ReplySink<B> {
+  out: Array<B>
+  textStart(id: string): void
+  textDelta(id: string, delta: string): void
+  textEnd(id: string): void
+  reasoningStart(id: string): void
+  reasoningDelta(id: string, delta: string): void
+  reasoningEnd(id: string): void
+  /** A tool call, closed with the model's raw argument text (MOD-02). */
+  toolCall(call: ClosedCall): void
+  /** The end of the reply; a reason that stands for a failure (a content filter) fails the stream. */
+  finish(reason: Response.FinishReason, usage: Response.FinishPartEncoded["usage"]): ModelError | undefined
+}
+
+/**
+ * The `@effect/ai` stream parts of a reply, tool calls closed by {@link closeCall}.
+ *
+ * @internal
+ */
+export class PartsSink implements ReplySink<Response.StreamPartEncoded> {
+  out: Array<Response.StreamPartEncoded> = []
+
+  constructor(private readonly tools: ReadonlyArray<Tool.Any>) {}
+
+  textStart(id: string): void {
+    this.out.push({ type: "text-start", id })
+  }
+  textDelta(id: string, delta: string): void {
+    this.out.push({ type: "text-delta", id, delta })
+  }
+  textEnd(id: string): void {
+    this.out.push({ type: "text-end", id })
+  }
+  reasoningStart(id: string): void {
+    this.out.push({ type: "reasoning-start", id })
+  }
+  reasoningDelta(id: string, delta: string): void {
+    this.out.push({ type: "reasoning-delta", id, delta })
+  }
+  reasoningEnd(id: string): void {
+    this.out.push({ type: "reasoning-end", id })
+  }
+  toolCall(call: ClosedCall): void {
+    for (const part of closeCall(call, this.tools)) this.out.push(part)
+  }
+  finish(reason: Response.FinishReason, usage: Response.FinishPartEncoded["usage"]): undefined {
+    this.out.push({ type: "finish", reason, usage })
+    return undefined
+  }
+}
+
+/**
+ * The state of one streamed reply of a wire protocol: it tells the sink what the data of each SSE
+ * event says, then what the reply's end says, or returns the failure (a provider error or a
+ * malformed event fails the stream).
  *
  * @internal
  */
 export interface SseReply {
-  onEvent(event: SseEvent): Either.Either<Array<Response.StreamPartEncoded>, ModelError>
-  end(): Either.Either<Array<Response.StreamPartEncoded>, ModelError>
+  onEvent<B>(data: string, sink: ReplySink<B>): ModelError | undefined
+  end<B>(sink: ReplySink<B>): ModelError | undefined
 }
 
 /**
- * The `@effect/ai` stream parts of an SSE stream, read by a fresh `SseReply` per run of the stream.
+ * A chunk-by-chunk transformation that may fail, with what it adds at the upstream's end: one
+ * channel stage (B13: `Stream.mapChunksEffect` costs ≈7 Effect operations per chunk, this ≈2, and
+ * a provider streams about one chunk per delta).
  *
  * @internal
  */
-export const sseParts = (
-  events: Stream.Stream<SseEvent, ModelError>,
-  makeReply: () => SseReply
-): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
-  Stream.suspend(() => {
-    const reply = makeReply()
-    return events.pipe(
-      Stream.mapChunksEffect((chunk) => {
-        const out: Array<Response.StreamPartEncoded> = []
-        for (const event of chunk) {
-          const step = reply.onEvent(event)
-          if (Either.isLeft(step)) return Either.left(step.left)
-          out.push(...step.right)
-        }
-        return Either.right(Chunk.unsafeFromArray(out))
-      }),
-      Stream.concat(Stream.flatMap(Stream.fromEffect(Effect.suspend(() => reply.end())), Stream.fromIterable))
-    )
+export const mapChunksOrFail = <A, B, E, E2, R>(
+  stream: Stream.Stream<A, E, R>,
+  step: (chunk: Chunk.Chunk<A>, out: Array<B>) => E2 | undefined,
+  end: (out: Array<B>) => E2 | undefined
+): Stream.Stream<B, E | E2, R> => {
+  const emit = (out: Array<B>, next: Channel.Channel<Chunk.Chunk<B>, Chunk.Chunk<A>, E | E2, E, unknown, unknown>) =>
+    out.length === 0 ? next : Channel.flatMap(Channel.write(Chunk.unsafeFromArray(out)), () => next)
+  const loop: Channel.Channel<Chunk.Chunk<B>, Chunk.Chunk<A>, E | E2, E, unknown, unknown> = Channel.readWithCause({
+    onInput: (chunk: Chunk.Chunk<A>) => {
+      const out: Array<B> = []
+      const error = step(chunk, out)
+      return error !== undefined ? emit(out, Channel.fail(error)) : emit(out, loop)
+    },
+    onFailure: (cause) => Channel.failCause(cause),
+    onDone: () => {
+      const out: Array<B> = []
+      const error = end(out)
+      return error !== undefined ? emit(out, Channel.fail(error)) : emit(out, Channel.void)
+    }
   })
+  return Stream.pipeThroughChannel(stream, loop)
+}
+
+/**
+ * Where an SSE reply comes from: the body of a streaming request once it answered, what a failure
+ * of that body means, what must not leave in an error (the key, MOD-03), and, for our wire
+ * models' own requests, the watch of their timeouts (MOD-04).
+ *
+ * @internal
+ */
+export interface SseSource<E> {
+  readonly open: Effect.Effect<Stream.Stream<Uint8Array, E>, ModelError>
+  /** The failure of a body that broke off (a transport error mid-stream). */
+  readonly dropped: (error: E) => ModelError
+  /** An error the reply reports, as it may leave (the API key redacted). */
+  readonly redact: (error: ModelError) => ModelError
+  readonly watch?: RequestWatch | undefined
+}
+
+/** The channel reading an SSE body: decode, parse, reply and sink in one stage. */
+type SseChannel<B, E> = Channel.Channel<Chunk.Chunk<B>, Chunk.Chunk<Uint8Array>, ModelError, E, unknown, unknown>
+
+/**
+ * What an SSE body says, as the sink builds it: a fresh parser, `SseReply` and sink per run, and
+ * one channel stage from the body's bytes to the sink's output (B13: no stage for decoding, for
+ * mapping errors or for the timeouts' watch, each of which cost Effect operations per network
+ * read and per request). With a watch, it is told when each wait for the provider starts — when
+ * the consumer asks for more, not while it is busy — and ends; once a timeout fired (aborting the
+ * request), what follows fails with it.
+ *
+ * @internal
+ */
+export const sseStream = <B, E>(
+  source: SseSource<E>,
+  makeReply: () => SseReply,
+  makeSink: () => ReplySink<B>
+): Stream.Stream<B, ModelError> =>
+  // Channel.flatMap over the opening, not Stream.unwrap (≈140 Effect operations per request more)
+  Stream.fromChannel(Channel.flatMap(Channel.fromEffect(source.open), (body) => {
+    const parser = new sse.Parser()
+    const reply = makeReply()
+    const sink = makeSink()
+    const events: Array<string> = []
+    const watch = source.watch
+    const fail = (error: ModelError): SseChannel<B, E> => Channel.fail(watch?.failure ?? source.redact(error))
+    const onBytes = (chunk: Chunk.Chunk<Uint8Array>, out: Array<B>): ModelError | undefined => {
+      sink.out = out
+      for (const bytes of chunk) {
+        events.length = 0
+        parser.feedBytes(bytes, events)
+        for (const data of events) {
+          const error = reply.onEvent(data, sink)
+          if (error !== undefined) return error
+        }
+      }
+      return undefined
+    }
+    // after a write, the consumer's next pull starts the next wait
+    const next = (): SseChannel<B, E> => {
+      if (watch === undefined) return read
+      if (watch.failure !== undefined) return Channel.fail(watch.failure)
+      watch.waiting()
+      return read
+    }
+    const read: SseChannel<B, E> = Channel.readWithCause({
+      onInput: (chunk: Chunk.Chunk<Uint8Array>) => {
+        const out: Array<B> = []
+        const error = onBytes(chunk, out)
+        if (error !== undefined) return emit(out, fail(error))
+        if (out.length === 0) return next()
+        watch?.received()
+        return Channel.flatMap(Channel.write(Chunk.unsafeFromArray(out)), next)
+      },
+      onFailure: (cause) => {
+        watch?.received()
+        return watch?.failure !== undefined
+          ? Channel.fail(watch.failure)
+          : Channel.failCause(Cause.map(cause, source.dropped))
+      },
+      onDone: () => {
+        watch?.received()
+        if (watch?.failure !== undefined) return Channel.fail(watch.failure)
+        const out: Array<B> = []
+        sink.out = out
+        const error = reply.end(sink)
+        return emit(out, error !== undefined ? fail(error) : Channel.void)
+      }
+    })
+    return Channel.pipeTo(Stream.toChannel(body), read)
+  }))
+
+/** Writes `out` (when not empty), then goes on with `next`. */
+const emit = <B, E>(out: Array<B>, next: SseChannel<B, E>): SseChannel<B, E> =>
+  out.length === 0 ? next : Channel.flatMap(Channel.write(Chunk.unsafeFromArray(out)), () => next)
