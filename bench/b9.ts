@@ -85,14 +85,22 @@ const captureTurn = async (served: Served): Promise<ReadonlyArray<StreamEvent>> 
   const id = "b9-sample"
   await Effect.runPromise(served.gateway.create(id, { options: route }).pipe(Effect.orDie))
   const events = await Effect.runPromise(Effect.gen(function*() {
+    // the turn's live events reach the reader once it follows the agent (one more watcher)
+    const watched = yield* served.host.use(id, (agent) => Effect.succeed(Feed.attachedTo(agent)))
+    const watchers = watched?.subscribers() ?? 0
+    let ended = false
+    let idle = false
     const reader = yield* served.gateway.eventsFrom(id, 0).pipe(
-      Stream.takeUntil((item) => item._tag === "Durable" && item.event.type === "turn/end"),
+      // the durable and the live events of a turn may interleave in any order: up to the last of both
+      Stream.takeUntil((item) => {
+        if (item._tag === "Durable" && item.event.type === "turn/end") ended = true
+        if (item._tag === "Live" && item.event._tag === "AgentStatusChanged" && item.event.status === "idle") idle = true
+        return ended && idle
+      }),
       Stream.runCollect,
       Effect.fork
     )
-    // the turn's live events reach the reader once it follows the agent (it counts as a watcher)
-    const watched = yield* served.host.use(id, (agent) => Effect.succeed(Feed.attachedTo(agent)))
-    while ((watched?.subscribers() ?? 0) === 0) yield* Effect.promise(settle)
+    while ((watched?.subscribers() ?? 0) <= watchers) yield* Effect.promise(settle)
     yield* served.gateway.send(id, { text: "go" })
     return Chunk.toReadonlyArray(yield* Fiber.join(reader))
   }).pipe(Effect.orDie))
