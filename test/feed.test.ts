@@ -3,7 +3,7 @@
  * `Take`s (CORE-09 library replacements), made by the first subscription.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Chunk, Deferred, Effect, Exit, Fiber, Ref, Scope, Stream } from "effect"
+import { Cause, Chunk, Deferred, Effect, Exit, Fiber, Option, Queue, Ref, Scope, Stream, Take } from "effect"
 import * as Feed from "../src/internal/feed.js"
 import { eventually } from "./fixtures/waiting.js"
 
@@ -48,6 +48,43 @@ describe("internal feed", () => {
         Stream.mapChunks(stream, (chunk) => Chunk.of(Chunk.toReadonlyArray(chunk)))
       )
       assert.deepStrictEqual(Chunk.toReadonlyArray(chunks), [[1, 2, 3, 4, 5, 6, 7]])
+    }))
+
+  it.scoped("CORE-09 endInto ends a queue of Takes as its producer ends: values first, then the end, the failure or the defect", () =>
+    Effect.gen(function*() {
+      const read = <E>(produce: (queue: Queue.Queue<Take.Take<number, E>>) => Effect.Effect<void, E>) =>
+        Effect.gen(function*() {
+          const queue = yield* Queue.bounded<Take.Take<number, E>>(2)
+          yield* Effect.forkScoped(Feed.endInto(queue)(produce(queue)))
+          return yield* Effect.exit(Stream.runCollect(Feed.fromTakes(queue)))
+        })
+      const offer = <E>(queue: Queue.Queue<Take.Take<number, E>>, values: ReadonlyArray<number>) =>
+        Effect.forEach(values, (value) => Queue.offer(queue, Take.of(value)), { discard: true })
+      // more values than the queue holds: the producer waits for the reader, and the end comes last
+      const ended = yield* read<never>((queue) => offer(queue, [1, 2, 3, 4, 5]))
+      assert.deepStrictEqual(Exit.map(ended, Chunk.toReadonlyArray), Exit.succeed([1, 2, 3, 4, 5]))
+      const failed = yield* read<string>((queue) => Effect.zipRight(offer(queue, [1]), Effect.fail("boom")))
+      assert.deepStrictEqual(Exit.isFailure(failed) ? Cause.failureOption(failed.cause) : Option.none(), Option.some("boom"))
+      const died = yield* read<never>((queue) => Effect.zipRight(offer(queue, [1]), Effect.dieMessage("bug")))
+      assert.isTrue(Exit.isFailure(died) && Cause.isDie(died.cause))
+    }))
+
+  it.scoped("CORE-09 endInto offers nothing for an interrupted producer, and its waiting offer stays interruptible", () =>
+    Effect.gen(function*() {
+      const queue = yield* Queue.bounded<Take.Take<number>>(1)
+      yield* Queue.offer(queue, Take.of(0)) // full: a further offer waits
+      const started = yield* Deferred.make<void>()
+      const producer = yield* Effect.fork(
+        Feed.endInto(queue)(Effect.zipRight(Deferred.succeed(started, undefined), Effect.never))
+      )
+      yield* Deferred.await(started)
+      yield* Fiber.interrupt(producer)
+      assert.strictEqual(yield* Queue.size(queue), 1)
+      // a producer that succeeded while the queue is full waits to offer its end, and can be interrupted there
+      const finisher = yield* Effect.fork(Feed.endInto(queue)(Effect.void))
+      yield* Effect.yieldNow()
+      yield* Fiber.interrupt(finisher)
+      assert.strictEqual(yield* Queue.size(queue), 1)
     }))
 
   it.scoped("CORE-09 first subscriptions made at the same time share one PubSub: both get every event", () =>

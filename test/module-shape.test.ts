@@ -83,4 +83,12 @@ describe("module shape", () => {
       )
       assert.deepStrictEqual(offenders.map((f) => `${f.file}:${f.line} ${f.name} (${f.lines} lines)`), [])
     }))
+
+  it.effect("CORE-09 no Mailbox in src: its reader can miss a wake-up (a Queue's take registers, then looks again)", () =>
+    Effect.sync(() => {
+      const users = sourceFiles(path.join(root, "src"))
+        .filter((file) => /import\s+(?:type\s+)?\{[^}]*\bMailbox\b[^}]*\}\s*from "effect"/.test(fs.readFileSync(file, "utf8")))
+        .map((file) => path.relative(root, file))
+      assert.deepStrictEqual(users, [])
+    }))
 })

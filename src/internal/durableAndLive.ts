@@ -3,7 +3,7 @@
  * events of a session through the host, with the live events of each activation of its agent
  * between them.
  *
- * The durable events and the live ones of the agent feed one bounded mailbox from fibers of the
+ * The durable events and the live ones of the agent feed one bounded queue of `Take`s from fibers of the
  * stream's Scope; the stream ends (or fails) with the durable events, after what was offered before.
  * The live events of the agent are followed while it is live: from the start when it is live then,
  * and again after an activation, which a durable event arriving while no live stream runs reveals.
@@ -16,11 +16,12 @@
  *
  * @internal
  */
-import { Chunk, Effect, Mailbox, Option, Stream } from "effect"
+import { Chunk, Effect, Option, Queue, Stream, Take } from "effect"
 import type { Agent } from "../Agent.js"
 import type { AgentEvent } from "../AgentEvent.js"
 import type { StreamEvent } from "../SessionGateway.js"
 import type { SessionEvent } from "../SessionEvent.js"
+import * as Feed from "./feed.js"
 import * as summary from "./gatewaySummary.js"
 
 /** Stream events a reader may have waiting before the fibers that feed it wait for it. */
@@ -52,14 +53,15 @@ export const durableAndLive = <E>(
   Stream.unwrapScoped(Effect.gen(function*() {
     const span = yield* Effect.makeSpanScoped(spanName)
     const scope = yield* Effect.scope
-    const mailbox = yield* Mailbox.make<StreamEvent, E>(CAPACITY)
+    // a Queue, not a Mailbox: a Mailbox reader can miss a wake-up and hold the last event (CORE-09)
+    const queue = yield* Queue.bounded<Take.Take<StreamEvent, E>>(CAPACITY)
     // a live stream of the agent runs (set when it is forked, cleared when it ends)
     let following = false
     const follow = (agent: Agent) =>
       agent.events.pipe(
         Stream.runForEachChunk((chunk) => {
           const live = liveOf(chunk)
-          return live.length === 0 ? Effect.void : mailbox.offerAll(live)
+          return live.length === 0 ? Effect.void : Queue.offer(queue, Take.chunk(Chunk.unsafeFromArray(live)))
         }),
         Effect.ensuring(Effect.sync(() => {
           following = false
@@ -75,10 +77,10 @@ export const durableAndLive = <E>(
     )
     yield* tryFollow
     yield* durable.pipe(
-      Stream.runForEachChunk((chunk) => Effect.zipRight(tryFollow, mailbox.offerAll(Chunk.map(chunk, durableOf)))),
+      Stream.runForEachChunk((chunk) => Effect.zipRight(tryFollow, Queue.offer(queue, Take.chunk(Chunk.map(chunk, durableOf))))),
       Effect.withParentSpan(span),
-      Mailbox.into(mailbox),
+      Feed.endInto(queue),
       Effect.forkScoped
     )
-    return Mailbox.toStream(mailbox)
+    return Feed.fromTakes(queue)
   }))

@@ -14,7 +14,7 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Cause, Chunk, Deferred, Duration, Effect, Layer, Mailbox, Option, Redacted, Schema, Stream } from "effect"
+import { Cause, Chunk, Deferred, Duration, Effect, Layer, Option, Queue, Redacted, Schema, Stream, Take } from "effect"
 import type * as HttpApi from "../HttpApi.js"
 import {
   Api,
@@ -32,6 +32,7 @@ import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import type { EventsError, SessionInfo, StreamEvent } from "../SessionGateway.js"
 import { InvalidRequest, SessionGateway, SessionInfo as SessionInfoSchema } from "../SessionGateway.js"
+import * as Feed from "./feed.js"
 import * as inspector from "./httpInspector.js"
 import * as sse from "./httpSse.js"
 
@@ -266,16 +267,26 @@ const errorFrameOf = (error: EventsError) =>
   )
 
 /** Offers a heartbeat each `every`, for as long as the connection lasts. */
-const heartbeats = (mailbox: Mailbox.Mailbox<string>, every: Duration.Duration) =>
-  Effect.forever(Effect.zipRight(Effect.sleep(every), mailbox.offer(sse.heartbeatFrame)))
+const heartbeats = (queue: Queue.Enqueue<Take.Take<string>>, every: Duration.Duration) =>
+  Effect.forever(Effect.zipRight(Effect.sleep(every), Queue.offer(queue, Take.of(sse.heartbeatFrame))))
+
+/**
+ * The server's close (HOST-05: streams end first): the body ends after the frames it holds; a
+ * client so far behind that the body is full is cut off at once, so the close never waits on it.
+ */
+const endOnClose = (queue: Queue.Queue<Take.Take<string>>, closing: Deferred.Deferred<void>) =>
+  Effect.zipRight(
+    Deferred.await(closing),
+    Effect.suspend(() => queue.unsafeOffer(Take.end) ? Effect.void : Queue.shutdown(queue))
+  )
 
 /**
  * The event-stream body: the retry hint, then the events as frames with heartbeats between them; a
  * failure after the start is sent as a last `error` frame. The events, the heartbeats and the
- * server's close (streams end first, HOST-05) feed one mailbox from fibers of the body's Scope (a
+ * server's close (streams end first, HOST-05) feed one queue from fibers of the body's Scope (a
  * client that disconnects interrupts them); each pull writes what is waiting as one piece. B9: a
  * `Stream.merge` with the heartbeats and a `Stream.interruptWhen` each cost ≈110 Effect operations
- * per chunk of events, the mailbox a few.
+ * per chunk of events, the queue a few.
  */
 const eventStream = (
   events: Stream.Stream<StreamEvent, EventsError>,
@@ -283,18 +294,19 @@ const eventStream = (
   closing: Deferred.Deferred<void>
 ) =>
   Stream.unwrapScoped(Effect.gen(function*() {
-    const mailbox = yield* Mailbox.make<string>(BODY_CAPACITY)
-    yield* mailbox.offer(sse.retryFrame(1000))
+    // a Queue of Takes, not a Mailbox: a Mailbox reader can miss a wake-up and hold a frame (CORE-09)
+    const queue = yield* Queue.bounded<Take.Take<string>>(BODY_CAPACITY)
+    yield* Queue.offer(queue, Take.of(sse.retryFrame(1000)))
     yield* events.pipe(
-      Stream.runForEachChunk((chunk) => mailbox.offer(Chunk.join(Chunk.map(chunk, sse.frame), ""))),
-      Effect.catchAll((error) => Effect.flatMap(errorFrameOf(error), mailbox.offer)),
+      Stream.runForEachChunk((chunk) => Queue.offer(queue, Take.of(Chunk.join(Chunk.map(chunk, sse.frame), "")))),
+      Effect.catchAll((error) => Effect.flatMap(errorFrameOf(error), (frame) => Queue.offer(queue, Take.of(frame)))),
       // the end after the last frame; a defect fails the body (the server ends the response)
-      Mailbox.into(mailbox),
+      Feed.endInto(queue),
       Effect.forkScoped
     )
-    yield* Effect.forkScoped(heartbeats(mailbox, settings.heartbeat))
-    yield* Effect.forkScoped(Effect.zipRight(Deferred.await(closing), mailbox.end))
-    return Stream.mapChunks(Mailbox.toStream(mailbox), (frames) => Chunk.of(encoder.encode(Chunk.join(frames, ""))))
+    yield* Effect.forkScoped(heartbeats(queue, settings.heartbeat))
+    yield* Effect.forkScoped(endOnClose(queue, closing))
+    return Stream.mapChunks(Feed.fromTakes(queue), (frames) => Chunk.of(encoder.encode(Chunk.join(frames, ""))))
   }))
 
 // -------------------------------------------------------------------------------------------------
