@@ -50,7 +50,7 @@ describe("internal feed", () => {
       assert.deepStrictEqual(Chunk.toReadonlyArray(chunks), [[1, 2, 3, 4, 5, 6, 7]])
     }))
 
-  it.scoped("CORE-09 endInto ends a queue of Takes as its producer ends: values first, then the end, the failure or the defect", () =>
+  it.scoped("CORE-09 endInto ends a queue of Takes as its producer ends: values first, then the end, the failure, the defect or the interruption", () =>
     Effect.gen(function*() {
       const read = <E>(produce: (queue: Queue.Queue<Take.Take<number, E>>) => Effect.Effect<void, E>) =>
         Effect.gen(function*() {
@@ -67,6 +67,9 @@ describe("internal feed", () => {
       assert.deepStrictEqual(Exit.isFailure(failed) ? Cause.failureOption(failed.cause) : Option.none(), Option.some("boom"))
       const died = yield* read<never>((queue) => Effect.zipRight(offer(queue, [1]), Effect.dieMessage("bug")))
       assert.isTrue(Exit.isFailure(died) && Cause.isDie(died.cause))
+      // interrupted from inside (not by its reader going away): the reader ends interrupted, it does not wait
+      const interrupted = yield* read<never>((queue) => Effect.zipRight(offer(queue, [1]), Effect.interrupt))
+      assert.isTrue(Exit.isFailure(interrupted) && Cause.isInterruptedOnly(interrupted.cause))
     }))
 
   it.scoped("CORE-09 endInto offers nothing for an interrupted producer, and its waiting offer stays interruptible", () =>

@@ -17,7 +17,8 @@
  *
  * @internal
  */
-import { Cause, Channel, Chunk, Effect, Exit, PubSub, Queue, Stream, Take } from "effect"
+import { Channel, Chunk, Effect, Exit, PubSub, Queue, Stream, Take } from "effect"
+import type { Cause } from "effect"
 import type { Scope } from "effect"
 
 /** @internal */
@@ -89,20 +90,19 @@ export const fromTakes = <A, E>(queue: Queue.Dequeue<Take.Take<A, E>>): Stream.S
 
 /**
  * Runs `self` and then offers its end to `queue`: `Take.end` when it succeeds, its cause when it
- * fails or dies; nothing when it was interrupted (its reader is gone). What a `Mailbox.into` would
- * do, for a queue read by `fromTakes`: a `Queue`'s take registers its waiter and looks again, where a
- * `Mailbox`'s can miss an offer made between its look and its registration and wait for the next one
- * (CORE-09). The offer waits for room like any other, and stays interruptible.
+ * fails, dies or is interrupted from inside (a reader must end, not wait forever). When the producer
+ * itself is interrupted (its reader is gone) the offer is skipped: it is made interruptible, so it
+ * returns at once. What a `Mailbox.into` would do, for a queue read by `fromTakes`: a `Queue`'s take
+ * registers its waiter and looks again, where a `Mailbox`'s can miss an offer made between its look
+ * and its registration and wait for the next one (CORE-09).
  *
  * @internal
  */
 export const endInto = <A, E>(queue: Queue.Enqueue<Take.Take<A, E>>) => <X, R>(self: Effect.Effect<X, E, R>) =>
-  Effect.onExit(self, (exit) =>
-    Exit.isSuccess(exit)
-      ? Effect.interruptible(Queue.offer(queue, Take.end))
-      : Cause.isInterruptedOnly(exit.cause)
-      ? Effect.void
-      : Effect.interruptible(Queue.offer(queue, Take.failCause(exit.cause))))
+  Effect.onExit(
+    self,
+    (exit) => Effect.interruptible(Queue.offer(queue, Exit.isSuccess(exit) ? Take.end : Take.failCause(exit.cause)))
+  )
 
 const streamOf = <A>(pubsub: PubSub.PubSub<Take.Take<A>>): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> =>
   Effect.map(PubSub.subscribe(pubsub), fromTakes)

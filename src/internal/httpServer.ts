@@ -271,8 +271,10 @@ const heartbeats = (queue: Queue.Enqueue<Take.Take<string>>, every: Duration.Dur
   Effect.forever(Effect.zipRight(Effect.sleep(every), Queue.offer(queue, Take.of(sse.heartbeatFrame))))
 
 /**
- * The server's close (HOST-05: streams end first): the body ends after the frames it holds; a
- * client so far behind that the body is full is cut off at once, so the close never waits on it.
+ * The server's close (HOST-05: streams end first): the body ends after the frames it holds; when
+ * the client is so far behind that the body is full, the body is cut off at once (the client
+ * reconnects with Last-Event-ID). A response the client does not read at all is the server's to
+ * close: `serve` stops accepting and closes the listener first.
  */
 const endOnClose = (queue: Queue.Queue<Take.Take<string>>, closing: Deferred.Deferred<void>) =>
   Effect.zipRight(
