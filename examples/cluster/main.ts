@@ -22,12 +22,21 @@ const start = (name: string, file: string, arg: string): ChildProcess => {
   return child
 }
 
-const children = [
-  start("runner-1", "./runner.ts", "34431"),
+/** Resolves when `child` prints a line that starts with `prefix`. */
+const printed = (child: ChildProcess, prefix: string) =>
+  new Promise<void>((resolve) => {
+    createInterface({ input: child.stdout! }).on("line", (line) => line.startsWith(prefix) && resolve())
+  })
+
+// The first runner starts alone: @effect/cluster creates its tables with CREATE TABLE IF NOT EXISTS,
+// which Postgres does not serialize, so runners starting together on an empty database can fail.
+const children = [start("runner-1", "./runner.ts", "34431")]
+await printed(children[0]!, "runner ")
+children.push(
   start("runner-2", "./runner.ts", "34432"),
   start("runner-3", "./runner.ts", "34433"),
   start("api", "./api.ts", process.env["PORT"] ?? "8080")
-]
+)
 
 process.on("SIGINT", () => {
   for (const child of children) child.kill("SIGTERM")
