@@ -90,18 +90,17 @@ const withoutCluster = (base: string) =>
 const withCluster = (base: string, runners: number, log: (line: string) => void) =>
   Effect.scoped(Effect.gen(function*() {
     const { url } = yield* freshSchema(base)
-    const start = (i: number) =>
-      Effect.flatMap(freePort, (port) =>
-        startChild(`runner-${i}`, "test/fixtures/clusterRunner.ts", [String(port)], {
-          CLUSTER_PG_URL: url,
-          CLUSTER_RUNNER: JSON.stringify({ modelMillis: 0 })
-        }))
-    const ready = (child: Child) => child.waitFor((line) => line.startsWith("ready"), "120 seconds")
-    // the first runner alone creates @effect/cluster's tables (README "Scaling out", limits), then the others
-    const children: Array<Child> = [yield* start(0)]
-    yield* ready(children[0]!)
-    for (let i = 1; i < runners; i++) children.push(yield* start(i))
-    yield* Effect.forEach(children.slice(1), ready, { discard: true })
+    const children: Array<Child> = []
+    for (let i = 0; i < runners; i++) {
+      const port = yield* freePort
+      children.push(yield* startChild(`runner-${i}`, "test/fixtures/clusterRunner.ts", [String(port)], {
+        CLUSTER_PG_URL: url,
+        CLUSTER_RUNNER: JSON.stringify({ modelMillis: 0 })
+      }))
+    }
+    yield* Effect.forEach(children, (child) => child.waitFor((line) => line.startsWith("ready"), "120 seconds"), {
+      discard: true
+    })
     const context = yield* Layer.build(Cluster.layerClient.pipe(
       Layer.provide(NodeClusterSocket.layer({
         clientOnly: true,

@@ -81,23 +81,6 @@ const startRunner = (schemaUrl: string, index: number, config: Record<string, un
     }))
 
 /**
- * `count` runners on a fresh schema, ready: the first alone, then the others together. @effect/cluster
- * 0.60 creates its SQL tables with `CREATE TABLE IF NOT EXISTS` outside any lock, which Postgres does not
- * serialize: runners that start together on an empty schema can fail with a duplicate `pg_type` key
- * (README "Scaling out", limits).
- */
-const startRunners = (schemaUrl: string, count: number, config: Record<string, unknown>) =>
-  Effect.gen(function*() {
-    const ready = (runner: Child) => runner.waitFor((line) => line.startsWith("ready"), "90 seconds")
-    const first = yield* startRunner(schemaUrl, 0, config)
-    yield* ready(first)
-    const others: Array<Child> = []
-    for (let i = 1; i < count; i++) others.push(yield* startRunner(schemaUrl, i, config))
-    yield* Effect.forEach(others, ready, { discard: true })
-    return [first, ...others]
-  })
-
-/**
  * Lines of a runner that would mean two writers of one session (CLU-02): its lease taken over, an
  * append refused for a lost lease, or a lease taken from a runner that still runs (`live` pids).
  */
@@ -134,7 +117,11 @@ if (url === undefined) {
           const started = Date.now()
           const { url: schemaUrl } = yield* freshSchema(url)
           const config = { modelMillis: 100, slowMillis: 6000, recoveryIntervalMillis: 2000 }
-          const runners = yield* startRunners(schemaUrl, 3, config)
+          const runners: Array<Child> = []
+          for (let i = 0; i < 3; i++) runners.push(yield* startRunner(schemaUrl, i, config))
+          yield* Effect.forEach(runners, (runner) => runner.waitFor((line) => line.startsWith("ready"), "90 seconds"), {
+            discard: true
+          })
           const runnersReady = Date.now()
 
           const workload = yield* startChild("client", "test/fixtures/clusterWorkload.ts", [String(SESSIONS)], {
@@ -242,7 +229,11 @@ if (url === undefined) {
           const { url: schemaUrl } = yield* freshSchema(url)
           // shard locks as expiring rows (a stopped runner keeps advisory locks), a short session lease
           const config = { modelMillis: 50, slowMillis: 8000, leaseTtlMillis: 3000, tableLocks: true }
-          const runners = yield* startRunners(schemaUrl, 2, config)
+          const runners: Array<Child> = []
+          for (let i = 0; i < 2; i++) runners.push(yield* startRunner(schemaUrl, i, config))
+          yield* Effect.forEach(runners, (runner) => runner.waitFor((line) => line.startsWith("ready"), "90 seconds"), {
+            discard: true
+          })
           const context = yield* Layer.build(clientLayer(schemaUrl))
           const client = Context.get(context, Cluster.ClusterClient)
 
