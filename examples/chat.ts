@@ -13,45 +13,14 @@
  * `EFFECT_AGENT_MODEL`), Anthropic when `ANTHROPIC_API_KEY` is set, else a scripted model that
  * echoes (a line starting with "wait" makes it stream a little and then hang, to try `/cancel`).
  */
-import { FetchHttpClient } from "@effect/platform"
-import { Config, Console, Effect, Layer, Option, Stream } from "effect"
+import { Console, Effect, Layer, Stream } from "effect"
 import * as readline from "node:readline"
-import { AgentRegistry, Message, Model, SessionPersistence } from "../src/index.js"
+import { AgentRegistry, Message, SessionPersistence } from "../src/index.js"
 import type { AgentEvent } from "../src/index.js"
 import type { Agent } from "../src/Agent.js"
-import * as LanguageModelAdapter from "../src/LanguageModelAdapter.js"
 import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 import { reasonText } from "./support/print.js"
-
-const argument = (name: string, fallback: string): string => {
-  const at = process.argv.indexOf(`--${name}`)
-  return at !== -1 && process.argv[at + 1] !== undefined ? process.argv[at + 1]! : fallback
-}
-
-/** The scripted stand-in: echoes the last user line; "wait…" streams a prefix and hangs. */
-const echo = (request: Model.ModelRequest): Model.Reply => {
-  const users = request.messages.filter((m): m is Message.UserMessage => m.role === "user")
-  const last = users.length > 0 ? Message.textOf(users[users.length - 1]!.content) : ""
-  return last.startsWith("wait") ? Model.hang("thinking about it") : Model.text(`echo: ${last}`)
-}
-
-/** A real provider when its key is set, else the scripted echo. */
-const chooseModel = Effect.gen(function*() {
-  const model = yield* Config.option(Config.string("EFFECT_AGENT_MODEL"))
-  if (Option.isSome(yield* Config.option(Config.redacted("OPENAI_API_KEY")))) {
-    return {
-      route: { provider: "openai", model: Option.getOrElse(model, () => "gpt-4o-mini") },
-      layer: LanguageModelAdapter.openAi().pipe(Layer.provide(FetchHttpClient.layer))
-    }
-  }
-  if (Option.isSome(yield* Config.option(Config.redacted("ANTHROPIC_API_KEY")))) {
-    return {
-      route: { provider: "anthropic", model: Option.getOrElse(model, () => "claude-sonnet-4-5") },
-      layer: LanguageModelAdapter.anthropic().pipe(Layer.provide(FetchHttpClient.layer))
-    }
-  }
-  return { route: { provider: "scripted", model: "echo" }, layer: Model.layerScripted(echo) }
-})
+import { argument, chooseModel } from "./support/models.js"
 
 /** What the terminal shows of a live event (deltas inline, the rest on their own lines). */
 const show = (event: AgentEvent.AgentEvent): string | undefined => {

@@ -13,46 +13,16 @@
  * echoes (a message starting with "wait" makes it stream a little and then hang, to try cancel).
  * `EFFECT_AGENT_TOKEN` set: every sessions route needs `Authorization: Bearer <token>`.
  */
-import { FetchHttpClient, HttpServer } from "@effect/platform"
+import { HttpServer } from "@effect/platform"
 import { NodeHttpServer, NodeRuntime } from "@effect/platform-node"
 import { Config, Effect, Layer, Option, Redacted } from "effect"
 import { createServer } from "node:http"
 import type { Server } from "node:http"
-import { AgentHost, Message, Model } from "../src/index.js"
+import { AgentHost } from "../src/index.js"
 import * as HttpApi from "../src/HttpApi.js"
-import * as LanguageModelAdapter from "../src/LanguageModelAdapter.js"
 import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 import * as SessionGateway from "../src/SessionGateway.js"
-
-const argument = (name: string, fallback: string): string => {
-  const at = process.argv.indexOf(`--${name}`)
-  return at !== -1 && process.argv[at + 1] !== undefined ? process.argv[at + 1]! : fallback
-}
-
-/** The scripted stand-in: echoes the last user message; "wait…" streams a prefix and hangs. */
-const echo = (request: Model.ModelRequest): Model.Reply => {
-  const users = request.messages.filter((m): m is Message.UserMessage => m.role === "user")
-  const last = users.length > 0 ? Message.textOf(users[users.length - 1]!.content) : ""
-  return last.startsWith("wait") ? Model.hang("thinking about it") : Model.text(`echo: ${last}`)
-}
-
-/** A real provider when its key is set, else the scripted echo. */
-const chooseModel = Effect.gen(function*() {
-  const model = yield* Config.option(Config.string("EFFECT_AGENT_MODEL"))
-  if (Option.isSome(yield* Config.option(Config.redacted("OPENAI_API_KEY")))) {
-    return {
-      route: { provider: "openai", model: Option.getOrElse(model, () => "gpt-4o-mini") },
-      layer: LanguageModelAdapter.openAi().pipe(Layer.provide(FetchHttpClient.layer))
-    }
-  }
-  if (Option.isSome(yield* Config.option(Config.redacted("ANTHROPIC_API_KEY")))) {
-    return {
-      route: { provider: "anthropic", model: Option.getOrElse(model, () => "claude-sonnet-4-5") },
-      layer: LanguageModelAdapter.anthropic().pipe(Layer.provide(FetchHttpClient.layer))
-    }
-  }
-  return { route: { provider: "scripted", model: "echo" }, layer: Model.layerScripted(echo) }
-})
+import { argument, chooseModel } from "./support/models.js"
 
 /** Bearer authentication when `EFFECT_AGENT_TOKEN` is set (HTTP-03). */
 const authentication = Effect.map(Config.option(Config.redacted("EFFECT_AGENT_TOKEN")), (token) =>
