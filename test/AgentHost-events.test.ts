@@ -233,6 +233,8 @@ for (const backend of stores) {
             }
           }
           yield* Fiber.joinAll(appends)
+          // every reader has started (a reader that starts after the close fails HostClosed, as it should)
+          yield* eventually(allSuspendedOrDone(readers.map((reader) => reader.fiber)))
           yield* close
           yield* checkReaders(store, id, readers)
         }),

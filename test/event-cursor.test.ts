@@ -10,6 +10,7 @@ import * as nodeFs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as eventCursor from "../src/internal/eventCursor.js"
+import * as sessionInternal from "../src/internal/session.js"
 import * as NodeFileSessionPersistence from "../src/NodeFileSessionPersistence.js"
 import * as Session from "../src/Session.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
@@ -121,7 +122,9 @@ describe("event cursor (EVS-01)", () => {
       const gate = yield* Deferred.make<void>()
       const first = yield* Deferred.make<void>()
       // a buffer of 4: the stalled reader's missing events are re-read from the log when it resumes
-      const slow = yield* eventCursor.eventsFrom(session, 0, 4).pipe(
+      const source = sessionInternal.cursorSourceOf(session)
+      assert.isDefined(source)
+      const slow = yield* eventCursor.eventsFrom(source!, 0, 4).pipe(
         Stream.tap((event) =>
           event.seq === 0 ? Effect.zipRight(Deferred.succeed(first, undefined), Deferred.await(gate)) : Effect.void
         ),

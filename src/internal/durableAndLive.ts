@@ -3,41 +3,123 @@
  * events of a session through the host, with the live events of each activation of its agent
  * between them.
  *
- * The durable events and the live ones of the agent feed one bounded queue of `Take`s from fibers of the
- * stream's Scope; the stream ends (or fails) with the durable events, after what was offered before.
- * The live events of the agent are followed while it is live: from the start when it is live then,
- * and again after an activation, which a durable event arriving while no live stream runs reveals.
- * Nothing is followed while the agent is passivated, and following never activates it.
+ * The events go to a sink: the durable ones from a fiber of the caller's Scope that reads them (and
+ * waits for room), the live ones from a listener on the agent's feed, in the agent's publishing
+ * step; the sink's end comes after the last durable event (or with their failure). The live events
+ * of the agent are followed while it is live: from the start when it is live then, and again after
+ * an activation, which a durable event arriving while none is followed reveals. Nothing is followed
+ * while the agent is passivated, and following never activates it.
+ *
+ * `durableAndLive` is that sink as a bounded queue read as a stream. The HTTP API's event-stream
+ * body is such a sink itself (`eventsInto`), so no fiber copies a gateway stream into it.
  *
  * B9: a `Stream.merge` of the two and a `Stream.flatMap` with `switch` for the activations each
- * cost ≈100 Effect operations per chunk of events, and a `Stream.withSpan` around the stream
- * provided its context again to each of its pulls. Here a chunk costs a few operations, and the
- * span is the parent of the two fibers.
+ * cost ≈100 Effect operations per chunk of events, a `Stream.withSpan` around the stream provided its
+ * context again to each of its pulls, and a fiber following the live events (or copying the
+ * stream into the body) was woken for each publication, ≈20 operations each. Here a chunk costs a
+ * few operations, the span is the parent of the durable fiber, and live events wake only the reader.
  *
  * @internal
  */
-import { Chunk, Effect, Option, Queue, Stream, Take } from "effect"
+import { Cause, Chunk, Effect, ExecutionStrategy, Exit, Option, Queue, Scope, Stream, Take } from "effect"
 import type { Agent } from "../Agent.js"
 import type { AgentEvent } from "../AgentEvent.js"
-import type { StreamEvent } from "../SessionGateway.js"
+import type { EventsError, StreamEvent } from "../SessionGateway.js"
 import type { SessionEvent } from "../SessionEvent.js"
+import { feedOf } from "./agentLoop/agent.js"
 import * as Feed from "./feed.js"
 import * as summary from "./gatewaySummary.js"
 
-/** Stream events a reader may have waiting before the fibers that feed it wait for it. */
-const CAPACITY = 1024
+/**
+ * Publications (or chunks of durable events) a sink's queue may hold before durable events wait for
+ * room and live ones are dropped: a reader that far behind has stalled (live events are best-effort,
+ * EVS-02; the durable ones are re-read from the log).
+ *
+ * @internal
+ */
+export const CAPACITY = 4096
+
+/** Where the events of a session stream go. @internal */
+export interface EventSink<E> {
+  /** A live event, in the agent's publishing step: put where the reader looks, or dropped. */
+  readonly live: (event: StreamEvent) => void
+  /** Durable events, in order: waits for room. */
+  readonly durable: (events: Chunk.Chunk<StreamEvent>) => Effect.Effect<void>
+  /** After the last durable event: success, or the durable stream's failure or defect. */
+  readonly end: (exit: Exit.Exit<void, E>) => Effect.Effect<void>
+}
 
 const durableOf = (event: SessionEvent): StreamEvent => ({ _tag: "Durable", event })
 
-/** The live events of a chunk of agent events (those a client sees, EVS-02). */
-const liveOf = (chunk: Chunk.Chunk<AgentEvent>): Array<StreamEvent> => {
-  const out: Array<StreamEvent> = []
-  for (const event of chunk) {
-    const live = summary.toLive(event)
-    if (Option.isSome(live)) out.push({ _tag: "Live", event: live.value })
+/**
+ * Follows the live events of one activation of the agent at a time: a listener on its feed (it
+ * counts as a subscriber, HOST-02) hands what a client sees to the sink. The listener's Scope, a
+ * child of the stream's, is closed when the next activation is followed.
+ */
+const makeFollower = <E>(sink: EventSink<E>, scope: Scope.Scope) => {
+  // an activation is followed (set when its listener starts, cleared at its feed's end)
+  let following = false
+  let current: Scope.CloseableScope | undefined
+  const listener: Feed.Listener<AgentEvent> = {
+    one: (event) => {
+      const live = summary.toLive(event)
+      if (Option.isSome(live)) sink.live({ _tag: "Live", event: live.value })
+    },
+    many: (events) => {
+      for (const event of events) listener.one(event)
+    },
+    end: () => {
+      following = false
+    }
   }
-  return out
+  const start = (agent: Agent) =>
+    Effect.gen(function*() {
+      const feed = feedOf(agent)
+      if (feed === undefined || following) return
+      following = true
+      if (current !== undefined) yield* Scope.close(current, Exit.void)
+      current = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      yield* Scope.extend(feed.listen(listener), current)
+    })
+  return (liveAgent: Effect.Effect<Option.Option<Agent>>) =>
+    Effect.suspend(() =>
+      following ? Effect.void : Effect.flatMap(liveAgent, (live) => Option.isNone(live) ? Effect.void : start(live.value))
+    )
 }
+
+/**
+ * Runs `durable`, with the live events of the agent `liveAgent` finds between them, into `sink`
+ * from the current Scope (a fiber for the durable events, in a span named `spanName`).
+ *
+ * @internal
+ */
+export const runInto = <E>(
+  durable: Stream.Stream<SessionEvent, E>,
+  liveAgent: Effect.Effect<Option.Option<Agent>>,
+  spanName: string,
+  sink: EventSink<E>
+): Effect.Effect<void, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const span = yield* Effect.makeSpanScoped(spanName)
+    const follow = makeFollower(sink, yield* Effect.scope)
+    yield* follow(liveAgent)
+    yield* durable.pipe(
+      Stream.runForEachChunk((chunk) => Effect.zipRight(follow(liveAgent), sink.durable(Chunk.map(chunk, durableOf)))),
+      Effect.withParentSpan(span),
+      // a reader that is gone (the fiber interrupted from outside) is not told; otherwise it must end
+      (self) => Effect.onExit(self, (exit) => Effect.interruptible(sink.end(exit))),
+      Effect.forkScoped
+    )
+  })
+
+/** A sink that is a bounded queue of `Take`s (a Queue, not a Mailbox: CORE-09). */
+const queueSink = <E>(queue: Queue.Queue<Take.Take<StreamEvent, E>>): EventSink<E> => ({
+  live: (event) => {
+    queue.unsafeOffer(Take.of(event))
+  },
+  durable: (events) => Queue.offer(queue, Take.chunk(events)),
+  end: (exit) => Queue.offer(queue, Exit.isSuccess(exit) ? Take.end : Take.failCause(exit.cause))
+})
 
 /**
  * `durable` with the live events of the agent `liveAgent` finds between them, in a span named
@@ -51,36 +133,49 @@ export const durableAndLive = <E>(
   spanName: string
 ): Stream.Stream<StreamEvent, E> =>
   Stream.unwrapScoped(Effect.gen(function*() {
-    const span = yield* Effect.makeSpanScoped(spanName)
-    const scope = yield* Effect.scope
-    // a Queue, not a Mailbox: a Mailbox reader can miss a wake-up and hold the last event (CORE-09)
     const queue = yield* Queue.bounded<Take.Take<StreamEvent, E>>(CAPACITY)
-    // a live stream of the agent runs (set when it is forked, cleared when it ends)
-    let following = false
-    const follow = (agent: Agent) =>
-      agent.events.pipe(
-        Stream.runForEachChunk((chunk) => {
-          const live = liveOf(chunk)
-          return live.length === 0 ? Effect.void : Queue.offer(queue, Take.chunk(Chunk.unsafeFromArray(live)))
-        }),
-        Effect.ensuring(Effect.sync(() => {
-          following = false
-        })),
-        Effect.withParentSpan(span)
-      )
-    const tryFollow = Effect.suspend(() =>
-      following ? Effect.void : Effect.flatMap(liveAgent, (live) => {
-        if (Option.isNone(live) || following) return Effect.void
-        following = true
-        return Effect.asVoid(Effect.forkIn(follow(live.value), scope))
-      })
-    )
-    yield* tryFollow
-    yield* durable.pipe(
-      Stream.runForEachChunk((chunk) => Effect.zipRight(tryFollow, Queue.offer(queue, Take.chunk(Chunk.map(chunk, durableOf))))),
-      Effect.withParentSpan(span),
-      Feed.endInto(queue),
-      Effect.forkScoped
-    )
+    yield* runInto(durable, liveAgent, spanName, queueSink(queue))
     return Feed.fromTakes(queue)
   }))
+
+/**
+ * A gateway's way to run a session's events into a sink without a stream between (the local host's
+ * gateway has one; others are read as streams).
+ *
+ * @internal
+ */
+export type EventsInto = (
+  id: string,
+  seq: number,
+  sink: EventSink<EventsError>
+) => Effect.Effect<void, never, Scope.Scope>
+
+const eventsIntoKey: unique symbol = Symbol.for("effect-agent/internal/SessionGateway/eventsInto")
+
+/** Gives `gateway` its `EventsInto` (a non-enumerable property). @internal */
+export const withEventsInto = <G extends object>(gateway: G, into: EventsInto): G =>
+  Object.defineProperty(gateway, eventsIntoKey, { value: into })
+
+/**
+ * How to run a gateway's events into a sink: its own way, or its stream read by a fiber of the
+ * current Scope (every chunk waits for room).
+ *
+ * @internal
+ */
+export const eventsInto = (gateway: {
+  readonly eventsFrom: (id: string, seq: number) => Stream.Stream<StreamEvent, EventsError>
+}): EventsInto => {
+  const own = (gateway as { readonly [eventsIntoKey]?: EventsInto })[eventsIntoKey]
+  if (own !== undefined) return own
+  return (id, seq, sink) =>
+    gateway.eventsFrom(id, seq).pipe(
+      Stream.runForEachChunk(sink.durable),
+      (self) => Effect.onExit(self, (exit) => Effect.interruptible(sink.end(exit))),
+      Effect.forkScoped,
+      Effect.asVoid
+    )
+}
+
+/** The typed failure of an exit, if it failed with one (as `Effect.catchAll` would see it). @internal */
+export const failureOf = <E>(exit: Exit.Exit<void, E>): Option.Option<E> =>
+  Exit.isSuccess(exit) ? Option.none() : Option.getLeft(Cause.failureOrCause(exit.cause))

@@ -1,25 +1,47 @@
 /**
- * Event fan-out, once for every feed of the library: an unbounded `PubSub` of `Take`s. A
- * publication is one `Take` of its values, the feed's end is `Take.end`, and each subscriber stream
- * is the subscription read by `fromTakes`: it delivers everything published before the end, then
- * ends, in one chunk per pull of what was waiting. Observers are subscribers running in their own
- * fibers, so a failing or slow observer never affects the publisher.
+ * Event fan-out, once for every feed of the library. A publication (one value or a chunk of them)
+ * and the feed's end are handed, in the publishing step, to every listener of the feed: synchronous
+ * functions that put them where their reader looks (a subscriber's `Queue`, an event cursor's
+ * bounded buffer, an HTTP response's queue). A subscriber stream is a listener offering `Take`s to
+ * its own unbounded `Queue`, read by `fromTakes`: everything published before the end, then the end,
+ * in one chunk per pull of what was waiting. Observers run in their own fibers, so a failing or slow
+ * observer never affects the publisher.
  *
- * The PubSub is made by the first subscription: until someone listens, publishing costs nothing
- * (most agents of a large process are never observed, B2). A feed is one small object: its
- * operations live on the prototype and its streams are built on first use.
+ * Why listeners and not a `PubSub` (B9): a reader that needs the events somewhere else than in a
+ * subscription of its own (a bounded buffer that drops what the log can give back, a queue shared
+ * with other sources, only some of the events) had to copy them there from a fiber of its own: one
+ * more fiber woken, and ≈20 Effect operations and a few KB of garbage, for every publication. A
+ * listener puts them there at once, and a subscription costs the same as a `PubSub`'s (one
+ * `unsafeOffer` per publication).
  *
- * A feed counts its open subscriptions (HOST-02: `AgentHost` keeps an agent live while anyone
- * watches it, however they got the agent). The count is a plain field changed in the synchronous
- * steps of a subscription's acquire and release, so publishing costs nothing more, and a reader can
- * check it in the same synchronous step as its own state (a `Ref` would put a yield point between
- * the two).
+ * Until someone listens, publishing costs nothing (most agents of a large process are never
+ * observed, B2). A feed is one small object: its operations live on the prototype and its streams
+ * are built on first use.
+ *
+ * A feed counts its open subscriptions and listeners (HOST-02: `AgentHost` keeps an agent live while
+ * anyone watches it, however they got the agent). The count is a plain field changed in the
+ * synchronous steps of a subscription's acquire and release, so publishing costs nothing more, and
+ * a reader can check it in the same synchronous step as its own state (a `Ref` would put a yield
+ * point between the two).
  *
  * @internal
  */
-import { Channel, Chunk, Effect, Exit, PubSub, Queue, Stream, Take } from "effect"
+import { Channel, Chunk, Effect, Exit, Queue, Stream, Take } from "effect"
 import type { Cause } from "effect"
 import type { Scope } from "effect"
+
+/**
+ * A listener: called in the publishing step with each publication (`one` value or `many`), then
+ * `end` (once; also at once when it starts listening to a feed that has ended). It must not throw,
+ * and it runs no Effect: it puts what it gets where its reader will look.
+ *
+ * @internal
+ */
+export interface Listener<A> {
+  readonly one: (value: A) => void
+  readonly many: (values: Chunk.Chunk<A>) => void
+  readonly end: () => void
+}
 
 /** @internal */
 export interface Feed<A> {
@@ -36,6 +58,11 @@ export interface Feed<A> {
   readonly stream: Stream.Stream<A>
   /** Eager: subscribed before it returns. */
   readonly subscribe: Effect.Effect<Stream.Stream<A>, never, Scope.Scope>
+  /**
+   * `listener` gets every publication from now on, then the end, while the Scope is open; it counts
+   * as a subscriber (HOST-02).
+   */
+  readonly listen: (listener: Listener<A>) => Effect.Effect<void, never, Scope.Scope>
   readonly hasEnded: () => boolean
   /** How many subscriptions are open now (HOST-02). */
   readonly subscribers: () => number
@@ -104,76 +131,97 @@ export const endInto = <A, E>(queue: Queue.Enqueue<Take.Take<A, E>>) => <X, R>(s
     (exit) => Effect.interruptible(Queue.offer(queue, Exit.isSuccess(exit) ? Take.end : Take.failCause(exit.cause)))
   )
 
-const streamOf = <A>(pubsub: PubSub.PubSub<Take.Take<A>>): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> =>
-  Effect.map(PubSub.subscribe(pubsub), fromTakes)
+const noListeners: ReadonlyArray<never> = []
 
 class FeedImpl<A> implements Feed<A> {
   private ended = false
   private count = 0
   private quietListener: (() => Effect.Effect<void>) | undefined = undefined
-  private pubsub: PubSub.PubSub<Take.Take<A>> | undefined = undefined
+  /** Replaced, never changed in place: a publication goes to the listeners there were when it started. */
+  private listeners: ReadonlyArray<Listener<A>> = noListeners
   private subscribeEffect: Effect.Effect<Stream.Stream<A>, never, Scope.Scope> | undefined = undefined
   private streamValue: Stream.Stream<A> | undefined = undefined
 
   publish(value: A): Effect.Effect<void> {
-    const pubsub = this.pubsub
-    return this.ended || pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(pubsub, Take.of(value)))
+    return this.listeners.length === 0 ? Effect.void : Effect.sync(() => this.deliverOne(value))
   }
 
   publishAll(values: Iterable<A>): Effect.Effect<void> {
-    const pubsub = this.pubsub
-    return this.ended || pubsub === undefined
+    return this.listeners.length === 0
       ? Effect.void
-      : Effect.asVoid(PubSub.publish(pubsub, Take.chunk(Chunk.fromIterable(values))))
+      : Effect.sync(() => this.deliverMany(Chunk.fromIterable(values)))
   }
 
   get end(): Effect.Effect<void> {
-    return Effect.suspend(() => {
-      if (this.ended) return Effect.void
-      this.ended = true
-      return this.pubsub === undefined ? Effect.void : Effect.asVoid(PubSub.publish(this.pubsub, Take.end))
-    })
+    return Effect.sync(() => this.finish(undefined))
   }
 
   endWith(make: () => A): Effect.Effect<void> {
+    return Effect.sync(() => this.finish(make))
+  }
+
+  /** Hands `value` to every listener (nothing after the end). */
+  private deliverOne(value: A): void {
+    if (this.ended) return
+    const listeners = this.listeners
+    for (let i = 0; i < listeners.length; i++) listeners[i]!.one(value)
+  }
+
+  private deliverMany(values: Chunk.Chunk<A>): void {
+    if (this.ended) return
+    const listeners = this.listeners
+    for (let i = 0; i < listeners.length; i++) listeners[i]!.many(values)
+  }
+
+  /** The end (after `make()`'s value, made only when someone listens); nothing is delivered after it. */
+  private finish(make: (() => A) | undefined): void {
+    if (this.ended) return
+    if (make !== undefined && this.listeners.length > 0) this.deliverOne(make())
+    this.ended = true
+    const listeners = this.listeners
+    this.listeners = noListeners
+    for (let i = 0; i < listeners.length; i++) listeners[i]!.end()
+  }
+
+  listen(listener: Listener<A>): Effect.Effect<void, never, Scope.Scope> {
+    return Effect.acquireRelease(Effect.sync(() => this.add(listener)), () => this.remove(listener))
+  }
+
+  /** Counted while listening (HOST-02); a feed that has ended gives its end at once. */
+  private add(listener: Listener<A>): void {
+    this.count++
+    if (this.ended) listener.end()
+    else this.listeners = [...this.listeners, listener]
+  }
+
+  private remove(listener: Listener<A>): Effect.Effect<void> {
     return Effect.suspend(() => {
-      if (this.ended) return Effect.void
-      this.ended = true
-      const pubsub = this.pubsub
-      if (pubsub === undefined) return Effect.void
-      return Effect.asVoid(PubSub.publishAll(pubsub, [Take.of(make()), Take.end]))
+      const at = this.listeners.indexOf(listener)
+      if (at >= 0) this.listeners = this.listeners.filter((_, i) => i !== at)
+      this.count--
+      const quiet = this.quietListener
+      return this.count === 0 && quiet !== undefined ? quiet() : Effect.void
     })
   }
 
   get subscribe(): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> {
     return this.subscribeEffect ??= Effect.suspend(() => {
       if (this.ended) return Effect.succeed(Stream.empty)
-      if (this.pubsub !== undefined) return this.counted(this.pubsub)
-      // The first subscription makes the PubSub; one made meanwhile by a concurrent first
-      // subscription wins (the check and the assignment run in one step) and this one is dropped.
-      return Effect.flatMap(PubSub.unbounded<Take.Take<A>>(), (made) => {
-        if (this.ended) return Effect.succeed(Stream.empty)
-        return this.counted(this.pubsub ??= made)
-      })
-    })
-  }
-
-  /** A subscription counted while its Scope is open (HOST-02). */
-  private counted(pubsub: PubSub.PubSub<Take.Take<A>>): Effect.Effect<Stream.Stream<A>, never, Scope.Scope> {
-    return Effect.zipRight(Effect.acquireRelease(this.enter, () => this.leave), streamOf(pubsub))
-  }
-
-  private get enter(): Effect.Effect<void> {
-    return Effect.sync(() => {
-      this.count++
-    })
-  }
-
-  private get leave(): Effect.Effect<void> {
-    return Effect.suspend(() => {
-      this.count--
-      const listener = this.quietListener
-      return this.count === 0 && listener !== undefined ? listener() : Effect.void
+      return Effect.flatMap(Queue.unbounded<Take.Take<A>>(), (queue) =>
+        Effect.as(
+          this.listen({
+            one: (value) => {
+              queue.unsafeOffer(Take.of(value))
+            },
+            many: (values) => {
+              queue.unsafeOffer(Take.chunk(values))
+            },
+            end: () => {
+              queue.unsafeOffer(Take.end)
+            }
+          }),
+          fromTakes(queue)
+        ))
     })
   }
 

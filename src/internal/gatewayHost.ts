@@ -6,7 +6,7 @@
  * @internal
  */
 import type { Scope } from "effect"
-import { Array as Arr, Deferred, Effect, Either, Option, Stream } from "effect"
+import { Array as Arr, Deferred, Effect, Either, Exit, Option, Stream } from "effect"
 import type { Agent } from "../Agent.js"
 import * as AgentError from "../AgentError.js"
 import { AgentHost } from "../AgentHost.js"
@@ -18,7 +18,8 @@ import type * as Gateway from "../SessionGateway.js"
 import { InvalidRequest, MessageIdConflict, SessionGateway, sendTarget } from "../SessionGateway.js"
 import type { RecoverySummary, SessionSummary, UnreadableSession } from "../SessionPersistence.js"
 import { SessionPersistence } from "../SessionPersistence.js"
-import { durableAndLive } from "./durableAndLive.js"
+import type { EventsInto } from "./durableAndLive.js"
+import { durableAndLive, runInto, withEventsInto } from "./durableAndLive.js"
 import * as summary from "./gatewaySummary.js"
 
 type Listed = SessionSummary | RecoverySummary | UnreadableSession
@@ -270,8 +271,15 @@ const eventsFrom = (
   Stream.unwrap(Effect.map(validId(id), (key) =>
     durableAndLive(g.host.eventsFrom(key, seq), liveAgent(g, key), "SessionGateway.eventsFrom")))
 
+/** The same events run into a sink (the HTTP API's event-stream body, B9). */
+const eventsIntoSink = (g: GatewayState): EventsInto => (id, seq, sink) =>
+  Effect.matchEffect(validId(id), {
+    onFailure: (error) => sink.end(Exit.fail(error)),
+    onSuccess: (key) => runInto(g.host.eventsFrom(key, seq), liveAgent(g, key), "SessionGateway.eventsFrom", sink)
+  })
+
 const serviceOf = (g: GatewayState): SessionGateway["Type"] =>
-  SessionGateway.of({
+  withEventsInto(SessionGateway.of({
     list: (request) => list(g, request),
     summary: (id) => summaryById(g, id),
     create: (id, request) => create(g, id, request),
@@ -282,7 +290,7 @@ const serviceOf = (g: GatewayState): SessionGateway["Type"] =>
     remove: (id) => remove(g, id),
     eventsFrom: (id, seq) => eventsFrom(g, id, seq),
     ready: Effect.map(Deferred.isDone(g.recovered), (done) => done)
-  })
+  }), eventsIntoSink(g))
 
 /** @internal */
 export const make = (

@@ -14,7 +14,7 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Cause, Chunk, Deferred, Duration, Effect, Layer, Option, Queue, Redacted, Schema, Stream, Take } from "effect"
+import { Cause, Deferred, Duration, Effect, Layer, Option, Redacted, Schema, Stream } from "effect"
 import type * as HttpApi from "../HttpApi.js"
 import {
   Api,
@@ -30,11 +30,13 @@ import {
 import * as Message from "../Message.js"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
-import type { EventsError, SessionInfo, StreamEvent } from "../SessionGateway.js"
+import type { EventsError, SessionInfo } from "../SessionGateway.js"
 import { InvalidRequest, SessionGateway, SessionInfo as SessionInfoSchema } from "../SessionGateway.js"
-import * as Feed from "./feed.js"
+import type { EventsInto } from "./durableAndLive.js"
+import { eventsInto } from "./durableAndLive.js"
 import * as inspector from "./httpInspector.js"
 import * as sse from "./httpSse.js"
+import * as sseBody from "./sseBody.js"
 
 /** The options with their defaults. */
 interface Settings {
@@ -254,11 +256,6 @@ const encodeInfo = (info: SessionInfo) => Effect.orDie(Schema.encode(SessionInfo
 let encodeProblemOnce: ((u: unknown) => Effect.Effect<unknown, unknown>) | undefined
 const encodeProblem = (error: unknown) => (encodeProblemOnce ??= Schema.encodeUnknown(SessionProblem))(error)
 
-/** Frames a connection may have waiting (one per chunk of events) before its events wait for the client. */
-const BODY_CAPACITY = 256
-
-const encoder = new TextEncoder()
-
 /** The last frame of a stream that failed after it started: its problem body. */
 const errorFrameOf = (error: EventsError) =>
   Effect.map(
@@ -266,49 +263,29 @@ const errorFrameOf = (error: EventsError) =>
     sse.errorFrame
   )
 
-/** Offers a heartbeat each `every`, for as long as the connection lasts. */
-const heartbeats = (queue: Queue.Enqueue<Take.Take<string>>, every: Duration.Duration) =>
-  Effect.forever(Effect.zipRight(Effect.sleep(every), Queue.offer(queue, Take.of(sse.heartbeatFrame))))
-
 /**
- * The server's close (HOST-05: streams end first): the body ends after the frames it holds; when
- * the client is so far behind that the body is full, the body is cut off at once (the client
- * reconnects with Last-Event-ID). A response the client does not read at all is the server's to
- * close: `serve` stops accepting and closes the listener first.
- */
-const endOnClose = (queue: Queue.Queue<Take.Take<string>>, closing: Deferred.Deferred<void>) =>
-  Effect.zipRight(
-    Deferred.await(closing),
-    Effect.suspend(() => queue.unsafeOffer(Take.end) ? Effect.void : Queue.shutdown(queue))
-  )
-
-/**
- * The event-stream body: the retry hint, then the events as frames with heartbeats between them; a
- * failure after the start is sent as a last `error` frame. The events, the heartbeats and the
- * server's close (streams end first, HOST-05) feed one queue from fibers of the body's Scope (a
- * client that disconnects interrupts them); each pull writes what is waiting as one piece. B9: a
- * `Stream.merge` with the heartbeats and a `Stream.interruptWhen` each cost ≈110 Effect operations
- * per chunk of events, the queue a few.
+ * The event-stream body (`sseBody.ts`): the retry hint, then the events as frames with heartbeats
+ * between them; a failure after the start is sent as a last `error` frame. The gateway runs the
+ * events into the body's sink (no fiber copies a stream of them); the heartbeats and the server's
+ * close (streams end first, HOST-05) are fibers of the body's Scope; a client that disconnects
+ * closes it, which stops them all. B9: a `Stream.merge` with the heartbeats and a
+ * `Stream.interruptWhen` each cost ≈110 Effect operations per chunk of events, and a fiber copying
+ * the gateway's stream ≈20 per publication; the body's queue costs a few.
  */
 const eventStream = (
-  events: Stream.Stream<StreamEvent, EventsError>,
+  into: EventsInto,
+  id: string,
+  from: number,
   settings: Settings,
   closing: Deferred.Deferred<void>
 ) =>
   Stream.unwrapScoped(Effect.gen(function*() {
-    // a Queue of Takes, not a Mailbox: a Mailbox reader can miss a wake-up and hold a frame (CORE-09)
-    const queue = yield* Queue.bounded<Take.Take<string>>(BODY_CAPACITY)
-    yield* Queue.offer(queue, Take.of(sse.retryFrame(1000)))
-    yield* events.pipe(
-      Stream.runForEachChunk((chunk) => Queue.offer(queue, Take.of(Chunk.join(Chunk.map(chunk, sse.frame), "")))),
-      Effect.catchAll((error) => Effect.flatMap(errorFrameOf(error), (frame) => Queue.offer(queue, Take.of(frame)))),
-      // the end after the last frame; a defect fails the body (the server ends the response)
-      Feed.endInto(queue),
-      Effect.forkScoped
-    )
-    yield* Effect.forkScoped(heartbeats(queue, settings.heartbeat))
-    yield* Effect.forkScoped(endOnClose(queue, closing))
-    return Stream.mapChunks(Feed.fromTakes(queue), (frames) => Chunk.of(encoder.encode(Chunk.join(frames, ""))))
+    const body = yield* sseBody.make
+    yield* body.offer(sse.retryFrame(1000))
+    yield* into(id, from, body.sink(errorFrameOf))
+    yield* Effect.forkScoped(sseBody.heartbeats(body, settings.heartbeat))
+    yield* Effect.forkScoped(sseBody.endOnClose(body, closing))
+    return body.bytes
   }))
 
 // -------------------------------------------------------------------------------------------------
@@ -375,7 +352,7 @@ const sessionsLayer = (settings: Settings) =>
             if (from > info.eventCount) {
               return yield* new SessionError.InvalidEventCursor({ id: id ?? path.id, seq: from, length: info.eventCount })
             }
-            return HttpServerResponse.stream(eventStream(gateway.eventsFrom(path.id, from), settings, closing), {
+            return HttpServerResponse.stream(eventStream(eventsInto(gateway), path.id, from, settings, closing), {
               contentType: "text/event-stream",
               headers: { "cache-control": "no-cache", "x-accel-buffering": "no", connection: "close" }
             })

@@ -569,6 +569,20 @@ const appendCoreEvents = (
 
 const stateKey: unique symbol = Symbol("effect-agent/Session/state")
 
+/** What an event cursor reads of a session: its log and its feed (EVS-01; made per reader, B2). */
+const cursorSource = (session: LiveSession): eventCursor.CursorSource => {
+  const feed = session[stateKey].feed
+  return { id: session.id, events: session.events, listen: (listener) => feed.listen(listener) }
+}
+
+/**
+ * The cursor source of a session made here, for a reader with its own buffer size (tests).
+ *
+ * @internal
+ */
+export const cursorSourceOf = (session: Session): eventCursor.CursorSource | undefined =>
+  session instanceof LiveSession ? cursorSource(session) : undefined
+
 /**
  * The `Session` (SES): a class so that its properties stay fast (V8 keeps an object literal with
  * accessors in dictionary mode: 0.8 KB per session) and its accessors live on the prototype (B2).
@@ -591,7 +605,7 @@ class LiveSession implements Session {
     this.appendAll = (events) => appendMany(state, events)
     this.changes = state.feed.stream
     this.subscribe = state.feed.subscribe
-    this.eventsFrom = (seq) => eventCursor.eventsFrom(this, seq)
+    this.eventsFrom = (seq) => eventCursor.eventsFrom(cursorSource(this), seq)
   }
   get events() {
     const state = this[stateKey]

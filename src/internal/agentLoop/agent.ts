@@ -154,6 +154,15 @@ const feedKey: unique symbol = Symbol("effect-agent/LiveAgent/feed")
 const statusChangesKey: unique symbol = Symbol("effect-agent/LiveAgent/statusChanges")
 
 /**
+ * The feed of an agent built here (or of a view of one), for readers that listen to it without a
+ * subscription of their own (B9: the gateway's live events).
+ *
+ * @internal
+ */
+export const feedOf = (agent: Agent): Feed.Feed<AgentEvent> | undefined =>
+  (agent as Partial<Pick<LiveAgent, typeof feedKey>>)[feedKey]
+
+/**
  * The `Agent` (AGT): its verbs are the driver's, its events the feed's. A class so that its
  * properties stay fast (V8 keeps an object literal with accessors in dictionary mode: 1.6 KB per
  * agent) and its accessors live on the prototype (B2); the verbs are own closures, so a detached
