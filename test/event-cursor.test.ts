@@ -143,6 +143,27 @@ describe("event cursor (EVS-01)", () => {
       assert.deepStrictEqual(seqs(yield* Fiber.join(slow)), range(0, 300))
     }))
 
+  it.scoped("EVS-01 a commit larger than a reader's whole buffer reaches it (read from the log), and the reader goes on", () =>
+    Effect.gen(function*() {
+      const { close, session } = yield* openSession("cursor-big-commit")
+      const source = sessionInternal.cursorSourceOf(session)
+      assert.isDefined(source)
+      const batchRead = yield* Deferred.make<void>()
+      const reader = yield* eventCursor.eventsFrom(source!, 0, 4).pipe(
+        Stream.tap((event) => event.seq === 9 ? Deferred.succeed(batchRead, undefined) : Effect.void),
+        collect,
+        Effect.fork
+      )
+      while ((yield* reader.status)._tag !== "Suspended") yield* Effect.yieldNow()
+      // the reader waits on its empty buffer: a batch of 10 does not fit, so only its mark wakes it
+      yield* session.appendAll(notes(0, 10))
+      yield* Deferred.await(batchRead)
+      yield* session.append(note(10))
+      yield* session.appendAll(notes(11, 20))
+      yield* close
+      assert.deepStrictEqual(seqs(yield* Fiber.join(reader)), range(0, 20))
+    }))
+
   it.scoped("EVS-01 1,000 appends in flight on a file-backed session while readers subscribe", () =>
     Effect.gen(function*() {
       const directory = nodeFs.mkdtempSync(path.join(os.tmpdir(), "effect-agent-cursor-"))

@@ -1,6 +1,7 @@
 /**
- * The event fan-out behind every feed (agent, session, store, registry, inbox): a `PubSub` of
- * `Take`s (CORE-09 library replacements), made by the first subscription.
+ * The event fan-out behind every feed (agent, session, store, registry, inbox): synchronous
+ * listeners called in the publishing step; a subscription is a listener offering `Take`s to its own
+ * `Queue` (CORE-09 library replacements).
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Chunk, Deferred, Effect, Exit, Fiber, Option, Queue, Ref, Scope, Stream, Take } from "effect"
@@ -135,5 +136,50 @@ describe("internal feed", () => {
       yield* feed.end
       yield* Scope.extend(feed.subscribe, yield* Scope.make())
       assert.strictEqual(feed.subscribers(), 0)
+    }))
+
+  it.scoped("HOST-02 listeners count while they listen; at the feed's end they stop counting and the quiet listener runs once", () =>
+    Effect.gen(function*() {
+      const feed = yield* Feed.make<number>()
+      const quiet = yield* Ref.make(0)
+      feed.onQuiet(() => Ref.update(quiet, (n) => n + 1))
+      const got: Array<number | "end"> = []
+      const listener: Feed.Listener<number> = {
+        one: (value) => got.push(value),
+        many: (values) => got.push(...values),
+        end: () => got.push("end")
+      }
+      const listening = yield* Scope.make()
+      yield* Scope.extend(feed.listen(listener), listening)
+      yield* Scope.extend(feed.subscribe, listening)
+      assert.strictEqual(feed.subscribers(), 2)
+      yield* feed.publish(1)
+      yield* feed.publishAll([2, 3])
+      yield* feed.publishAll([])
+      yield* feed.endWith(() => 4)
+      assert.deepStrictEqual(got, [1, 2, 3, 4, "end"])
+      assert.strictEqual(feed.subscribers(), 0)
+      assert.strictEqual(yield* Ref.get(quiet), 1)
+      // their Scopes close later: nothing is counted twice, the quiet listener does not run again
+      yield* Scope.close(listening, Exit.void)
+      assert.strictEqual(feed.subscribers(), 0)
+      assert.strictEqual(yield* Ref.get(quiet), 1)
+      // a listener of a feed that has ended gets the end at once and is not counted
+      const late: Array<string> = []
+      yield* feed.listen({ one: () => late.push("one"), many: () => late.push("many"), end: () => late.push("end") })
+      assert.deepStrictEqual(late, ["end"])
+      assert.strictEqual(feed.subscribers(), 0)
+    }))
+
+  it.scoped("CORE-09 a listener that starts after a publication's Effect was made, and before it ran, gets it", () =>
+    Effect.gen(function*() {
+      const feed = yield* Feed.make<string>()
+      const publication = feed.publish("made before anyone listened")
+      const publications = feed.publishAll(["and", "these"])
+      const got: Array<string> = []
+      yield* feed.listen({ one: (value) => got.push(value), many: (values) => got.push(...values), end: () => {} })
+      yield* publication
+      yield* publications
+      assert.deepStrictEqual(got, ["made before anyone listened", "and", "these"])
     }))
 })

@@ -53,8 +53,9 @@ const durableOf = (event: SessionEvent): StreamEvent => ({ _tag: "Durable", even
 
 /**
  * Follows the live events of one activation of the agent at a time: a listener on its feed (it
- * counts as a subscriber, HOST-02) hands what a client sees to the sink. The listener's Scope, a
- * child of the stream's, is closed when the next activation is followed.
+ * counts as a subscriber, HOST-02, until the feed ends) hands what a client sees to the sink. The
+ * listener's Scope, a child of the stream's, is closed when the next activation is followed. An
+ * agent from a user's factory has no feed of ours: a fiber in that Scope reads its `events`.
  */
 const makeFollower = <E>(sink: EventSink<E>, scope: Scope.Scope) => {
   // an activation is followed (set when its listener starts, cleared at its feed's end)
@@ -72,14 +73,22 @@ const makeFollower = <E>(sink: EventSink<E>, scope: Scope.Scope) => {
       following = false
     }
   }
+  // an agent from a user's factory has no feed of ours: its `events` are read by a fiber
+  const read = (agent: Agent) =>
+    agent.events.pipe(
+      Stream.runForEach((event) => Effect.sync(() => listener.one(event))),
+      Effect.ensuring(Effect.sync(listener.end))
+    )
   const start = (agent: Agent) =>
     Effect.gen(function*() {
-      const feed = feedOf(agent)
-      if (feed === undefined || following) return
-      following = true
+      if (following) return
+      // the last activation's reader (when it is a fiber, its end clears `following`: before it is set)
       if (current !== undefined) yield* Scope.close(current, Exit.void)
-      current = yield* Scope.fork(scope, ExecutionStrategy.sequential)
-      yield* Scope.extend(feed.listen(listener), current)
+      following = true
+      const opened = yield* Scope.fork(scope, ExecutionStrategy.sequential)
+      current = opened
+      const feed = feedOf(agent)
+      yield* feed === undefined ? Effect.forkIn(read(agent), opened) : Scope.extend(feed.listen(listener), opened)
     })
   return (liveAgent: Effect.Effect<Option.Option<Agent>>) =>
     Effect.suspend(() =>

@@ -14,8 +14,8 @@
  * listener puts them there at once, and a subscription costs the same as a `PubSub`'s (one
  * `unsafeOffer` per publication).
  *
- * Until someone listens, publishing costs nothing (most agents of a large process are never
- * observed, B2). A feed is one small object: its operations live on the prototype and its streams
+ * Until someone listens, a publication costs one Effect and nothing more (most agents of a large
+ * process are never observed, B2). A feed is one small object: its operations live on the prototype and its streams
  * are built on first use.
  *
  * A feed counts its open subscriptions and listeners (HOST-02: `AgentHost` keeps an agent live while
@@ -142,22 +142,26 @@ class FeedImpl<A> implements Feed<A> {
   private subscribeEffect: Effect.Effect<Stream.Stream<A>, never, Scope.Scope> | undefined = undefined
   private streamValue: Stream.Stream<A> | undefined = undefined
 
+  // who listens is looked at when the publication runs: a listener added after the Effect was made
+  // and before it ran gets it
   publish(value: A): Effect.Effect<void> {
-    return this.listeners.length === 0 ? Effect.void : Effect.sync(() => this.deliverOne(value))
+    return Effect.sync(() => this.deliverOne(value))
   }
 
   publishAll(values: Iterable<A>): Effect.Effect<void> {
-    return this.listeners.length === 0
-      ? Effect.void
-      : Effect.sync(() => this.deliverMany(Chunk.fromIterable(values)))
+    return Effect.sync(() => {
+      if (this.listeners.length === 0) return
+      const chunk = Chunk.fromIterable(values)
+      if (Chunk.isNonEmpty(chunk)) this.deliverMany(chunk)
+    })
   }
 
   get end(): Effect.Effect<void> {
-    return Effect.sync(() => this.finish(undefined))
+    return Effect.suspend(() => this.finish(undefined))
   }
 
   endWith(make: () => A): Effect.Effect<void> {
-    return Effect.sync(() => this.finish(make))
+    return Effect.suspend(() => this.finish(make))
   }
 
   /** Hands `value` to every listener (nothing after the end). */
@@ -173,14 +177,25 @@ class FeedImpl<A> implements Feed<A> {
     for (let i = 0; i < listeners.length; i++) listeners[i]!.many(values)
   }
 
-  /** The end (after `make()`'s value, made only when someone listens); nothing is delivered after it. */
-  private finish(make: (() => A) | undefined): void {
-    if (this.ended) return
+  /**
+   * The end (after `make()`'s value, made only when someone listens); nothing is delivered after it.
+   * The listeners stop counting (HOST-02: nothing is left to watch), so the quiet listener runs.
+   */
+  private finish(make: (() => A) | undefined): Effect.Effect<void> {
+    if (this.ended) return Effect.void
     if (make !== undefined && this.listeners.length > 0) this.deliverOne(make())
     this.ended = true
     const listeners = this.listeners
     this.listeners = noListeners
     for (let i = 0; i < listeners.length; i++) listeners[i]!.end()
+    if (listeners.length === 0) return Effect.void
+    this.count -= listeners.length
+    return this.whenQuiet()
+  }
+
+  private whenQuiet(): Effect.Effect<void> {
+    const quiet = this.quietListener
+    return this.count === 0 && quiet !== undefined ? quiet() : Effect.void
   }
 
   listen(listener: Listener<A>): Effect.Effect<void, never, Scope.Scope> {
@@ -189,18 +204,19 @@ class FeedImpl<A> implements Feed<A> {
 
   /** Counted while listening (HOST-02); a feed that has ended gives its end at once. */
   private add(listener: Listener<A>): void {
+    if (this.ended) return listener.end()
     this.count++
-    if (this.ended) listener.end()
-    else this.listeners = [...this.listeners, listener]
+    this.listeners = [...this.listeners, listener]
   }
 
+  /** A listener still there stops counting (one the end took out already stopped). */
   private remove(listener: Listener<A>): Effect.Effect<void> {
     return Effect.suspend(() => {
       const at = this.listeners.indexOf(listener)
-      if (at >= 0) this.listeners = this.listeners.filter((_, i) => i !== at)
+      if (at < 0) return Effect.void
+      this.listeners = this.listeners.filter((_, i) => i !== at)
       this.count--
-      const quiet = this.quietListener
-      return this.count === 0 && quiet !== undefined ? quiet() : Effect.void
+      return this.whenQuiet()
     })
   }
 
