@@ -8,6 +8,7 @@ import { Chunk, Deferred, Effect, Exit, Fiber, Option, Stream } from "effect"
 import type { Agent } from "../src/Agent.js"
 import { AgentEvent } from "../src/AgentEvent.js"
 import { durableAndLive } from "../src/internal/durableAndLive.js"
+import type { DurableSink } from "../src/internal/hostEvents.js"
 import * as sseBody from "../src/internal/sseBody.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
 import type { StreamEvent } from "../src/SessionGateway.js"
@@ -43,8 +44,8 @@ describe("durableAndLive and the SSE body", () => {
         events: Stream.concat(Stream.fromIterable(deltas), Stream.execute(Deferred.succeed(delivered, undefined)))
       }
       // the durable event comes once the live ones were handed over, then the stream ends
-      const durable = Stream.fromEffect(Effect.as(Deferred.await(delivered), stored))
-      const out = yield* Stream.runCollect(durableAndLive(durable, Effect.succeed(Option.some(agent)), "test"))
+      const reader = (sink: DurableSink) => Effect.zipRight(Deferred.await(delivered), sink.durable(Chunk.of(stored)))
+      const out = yield* Stream.runCollect(durableAndLive(reader, Effect.succeed(Option.some(agent)), "test"))
       const items = Chunk.toReadonlyArray(out)
       assert.deepStrictEqual(
         items.map((item) => item._tag === "Live" && item.event._tag === "ModelDelta" ? item.event.text : item._tag),

@@ -28,6 +28,7 @@ import type { EventsError, StreamEvent } from "../SessionGateway.js"
 import type { SessionEvent } from "../SessionEvent.js"
 import { feedOf } from "./agentLoop/agent.js"
 import * as Feed from "./feed.js"
+import type * as hostEvents from "./hostEvents.js"
 import * as summary from "./gatewaySummary.js"
 
 /**
@@ -43,6 +44,8 @@ export const CAPACITY = 4096
 export interface EventSink<E> {
   /** A live event, in the agent's publishing step: put where the reader looks, or dropped. */
   readonly live: (event: StreamEvent) => void
+  /** Durable events in the committing step: false when there is no room now (they come again by `durable`). */
+  readonly tryDurable: (events: Chunk.Chunk<StreamEvent>) => boolean
   /** Durable events, in order: waits for room. */
   readonly durable: (events: Chunk.Chunk<StreamEvent>) => Effect.Effect<void>
   /** After the last durable event: success, or the durable stream's failure or defect. */
@@ -97,13 +100,24 @@ const makeFollower = <E>(sink: EventSink<E>, scope: Scope.Scope) => {
 }
 
 /**
- * Runs `durable`, with the live events of the agent `liveAgent` finds between them, into `sink`
- * from the current Scope (a fiber for the durable events, in a span named `spanName`).
+ * A reader of durable events: runs them into its sink until they end (`hostEvents.runInto`), and
+ * `onLive` each time it follows a live incarnation of the agent.
+ *
+ * @internal
+ */
+export type DurableReader<E> = (
+  sink: hostEvents.DurableSink,
+  onLive: Effect.Effect<void>
+) => Effect.Effect<void, E, Scope.Scope>
+
+/**
+ * Runs the durable events of `reader`, with the live events of the agent `liveAgent` finds between
+ * them, into `sink` from the current Scope (a fiber for the reader, in a span named `spanName`).
  *
  * @internal
  */
 export const runInto = <E>(
-  durable: Stream.Stream<SessionEvent, E>,
+  reader: DurableReader<E>,
   liveAgent: Effect.Effect<Option.Option<Agent>>,
   spanName: string,
   sink: EventSink<E>
@@ -112,8 +126,12 @@ export const runInto = <E>(
     const span = yield* Effect.makeSpanScoped(spanName)
     const follow = makeFollower(sink, yield* Effect.scope)
     yield* follow(liveAgent)
-    yield* durable.pipe(
-      Stream.runForEachChunk((chunk) => Effect.zipRight(follow(liveAgent), sink.durable(Chunk.map(chunk, durableOf)))),
+    const durable: hostEvents.DurableSink = {
+      tryDurable: (events) => sink.tryDurable(Chunk.map(events, durableOf)),
+      durable: (events) => sink.durable(Chunk.map(events, durableOf))
+    }
+    yield* reader(durable, follow(liveAgent)).pipe(
+      Effect.scoped,
       Effect.withParentSpan(span),
       // a reader that is gone (the fiber interrupted from outside) is not told; otherwise it must end
       (self) => Effect.onExit(self, (exit) => Effect.interruptible(sink.end(exit))),
@@ -126,24 +144,25 @@ const queueSink = <E>(queue: Queue.Queue<Take.Take<StreamEvent, E>>): EventSink<
   live: (event) => {
     queue.unsafeOffer(Take.of(event))
   },
+  tryDurable: (events) => queue.unsafeOffer(Take.chunk(events)),
   durable: (events) => Queue.offer(queue, Take.chunk(events)),
   end: (exit) => Queue.offer(queue, Exit.isSuccess(exit) ? Take.end : Take.failCause(exit.cause))
 })
 
 /**
- * `durable` with the live events of the agent `liveAgent` finds between them, in a span named
- * `spanName`.
+ * The durable events of `reader` with the live events of the agent `liveAgent` finds between
+ * them, in a span named `spanName`.
  *
  * @internal
  */
 export const durableAndLive = <E>(
-  durable: Stream.Stream<SessionEvent, E>,
+  reader: DurableReader<E>,
   liveAgent: Effect.Effect<Option.Option<Agent>>,
   spanName: string
 ): Stream.Stream<StreamEvent, E> =>
   Stream.unwrapScoped(Effect.gen(function*() {
     const queue = yield* Queue.bounded<Take.Take<StreamEvent, E>>(CAPACITY)
-    yield* runInto(durable, liveAgent, spanName, queueSink(queue))
+    yield* runInto(reader, liveAgent, spanName, queueSink(queue))
     return Feed.fromTakes(queue)
   }))
 

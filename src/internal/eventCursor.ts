@@ -23,6 +23,8 @@ import type * as feed from "./feed.js"
 export interface CursorSource {
   readonly id: string
   readonly events: Effect.Effect<ReadonlyArray<SessionEvent>>
+  /** The log now, read in the caller's step (not a copy: slice it at once). */
+  readonly snapshot: () => ReadonlyArray<SessionEvent>
   readonly listen: (listener: feed.Listener<SessionEvent>) => Effect.Effect<void, never, Scope.Scope>
 }
 

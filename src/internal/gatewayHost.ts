@@ -18,8 +18,9 @@ import type * as Gateway from "../SessionGateway.js"
 import { InvalidRequest, MessageIdConflict, SessionGateway, sendTarget } from "../SessionGateway.js"
 import type { RecoverySummary, SessionSummary, UnreadableSession } from "../SessionPersistence.js"
 import { SessionPersistence } from "../SessionPersistence.js"
-import type { EventsInto } from "./durableAndLive.js"
+import type { DurableReader, EventsInto } from "./durableAndLive.js"
 import { durableAndLive, runInto, withEventsInto } from "./durableAndLive.js"
+import * as hostEvents from "./hostEvents.js"
 import * as summary from "./gatewaySummary.js"
 
 type Listed = SessionSummary | RecoverySummary | UnreadableSession
@@ -262,6 +263,12 @@ const remove = (g: GatewayState, id: string) =>
 // -------------------------------------------------------------------------------------------------
 // events (EVS-01, EVS-02)
 
+/** The host's reader of a session's durable events (EVS-01: no activation, across passivations). */
+const hostReader = (g: GatewayState, key: SessionId, seq: number): DurableReader<Gateway.EventsError> => {
+  const run = hostEvents.runIntoOf(g.host)
+  return (sink, onLive) => run(key, seq, sink, onLive)
+}
+
 /** EVS-01 through the host (no activation, across passivations), with the live events of each activation. */
 const eventsFrom = (
   g: GatewayState,
@@ -269,13 +276,13 @@ const eventsFrom = (
   seq: number
 ): Stream.Stream<Gateway.StreamEvent, Gateway.EventsError> =>
   Stream.unwrap(Effect.map(validId(id), (key) =>
-    durableAndLive(g.host.eventsFrom(key, seq), liveAgent(g, key), "SessionGateway.eventsFrom")))
+    durableAndLive(hostReader(g, key, seq), liveAgent(g, key), "SessionGateway.eventsFrom")))
 
 /** The same events run into a sink (the HTTP API's event-stream body, B9). */
 const eventsIntoSink = (g: GatewayState): EventsInto => (id, seq, sink) =>
   Effect.matchEffect(validId(id), {
     onFailure: (error) => sink.end(Exit.fail(error)),
-    onSuccess: (key) => runInto(g.host.eventsFrom(key, seq), liveAgent(g, key), "SessionGateway.eventsFrom", sink)
+    onSuccess: (key) => runInto(hostReader(g, key, seq), liveAgent(g, key), "SessionGateway.eventsFrom", sink)
   })
 
 const serviceOf = (g: GatewayState): SessionGateway["Type"] =>

@@ -81,20 +81,31 @@ const readerHostOf = (s: HostState): hostEvents.ReaderHost => ({
   persistence: s.persistence
 })
 
-/** `AgentHost.eventsFrom` (EVS-01): the session's events from `seq`, without activating it. */
-const eventsFromOf = (s: HostState) => {
-  const readerHost = readerHostOf(s)
-  return (id: SessionId | string, seq: number): Stream.Stream<SessionEvent, AgentHost.EventsFromError> =>
-    Stream.unwrap(Effect.suspend((): Effect.Effect<
-      Stream.Stream<SessionEvent, AgentHost.EventsFromError>,
-      AgentHost.EventsFromError
-    > => {
-      const parsed = parseSessionId(id)
-      if (Either.isLeft(parsed)) return Effect.fail(parsed.left)
-      if (s.closed) return Effect.fail(new AgentHost.HostClosed({ id: parsed.right }))
-      return Effect.succeed(hostEvents.eventsFrom(readerHost, parsed.right, seq))
-    }))
+/** The id of a new reader: `InvalidSessionId`, or `HostClosed` once the host is closing. */
+const readerId = (s: HostState, id: SessionId | string): Either.Either<SessionId, AgentHost.EventsFromError> => {
+  const parsed = parseSessionId(id)
+  if (Either.isLeft(parsed)) return parsed
+  return s.closed ? Either.left(new AgentHost.HostClosed({ id: parsed.right })) : parsed
 }
+
+/** `AgentHost.eventsFrom` (EVS-01): the session's events from `seq`, without activating it. */
+const eventsFromOf = (s: HostState, readerHost: hostEvents.ReaderHost) =>
+(id: SessionId | string, seq: number): Stream.Stream<SessionEvent, AgentHost.EventsFromError> =>
+  Stream.unwrap(Effect.suspend(() =>
+    Either.match(readerId(s, id), {
+      onLeft: (error) => Effect.fail(error),
+      onRight: (key) => Effect.succeed(hostEvents.eventsFrom(readerHost, key, seq))
+    })
+  ))
+
+/** The same reader run into a sink (the gateway's, B9). */
+const runIntoOf = (s: HostState, readerHost: hostEvents.ReaderHost): hostEvents.RunInto => (id, seq, sink, onLive) =>
+  Effect.suspend(() =>
+    Either.match(readerId(s, id), {
+      onLeft: (error) => Effect.fail(error),
+      onRight: (key) => hostEvents.runInto(readerHost, key, seq, sink, onLive)
+    })
+  )
 
 /** HOST-04: recovery at start, in the background (the layer is ready at once). */
 const startRecovery = (s: HostState): Effect.Effect<unknown> => {
@@ -111,16 +122,16 @@ const startRecovery = (s: HostState): Effect.Effect<unknown> => {
   )
 }
 
-const serviceOf = (s: HostState): AgentHost.AgentHost["Type"] =>
-  AgentHost.AgentHost.of({
+const serviceOf = (s: HostState, readerHost = readerHostOf(s)): AgentHost.AgentHost["Type"] =>
+  hostEvents.withRunInto(AgentHost.AgentHost.of({
     get: (id, create) => get(s, id, create),
     use: (id, f, create) => use(s, id, f, create),
-    eventsFrom: eventsFromOf(s),
+    eventsFrom: eventsFromOf(s, readerHost),
     remove: (id) => remove(s, id),
     passivate: (id) => passivateById(s, id),
     live: Effect.sync(() => Array.from(s.lru.keys())),
     recovery: Deferred.await(s.recovered)
-  })
+  }), runIntoOf(s, readerHost))
 
 /** @internal */
 export const make = <R>(

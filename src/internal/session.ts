@@ -571,8 +571,13 @@ const stateKey: unique symbol = Symbol("effect-agent/Session/state")
 
 /** What an event cursor reads of a session: its log and its feed (EVS-01; made per reader, B2). */
 const cursorSource = (session: LiveSession): eventCursor.CursorSource => {
-  const feed = session[stateKey].feed
-  return { id: session.id, events: session.events, listen: (listener) => feed.listen(listener) }
+  const state = session[stateKey]
+  return {
+    id: session.id,
+    events: session.events,
+    snapshot: () => state.entries,
+    listen: (listener) => state.feed.listen(listener)
+  }
 }
 
 /**

@@ -113,6 +113,7 @@ export const make: Effect.Effect<Body> = Effect.map(Queue.bounded<Take.Take<Piec
     }),
     sink: (errorFrame) => ({
       live,
+      tryDurable: (events) => queue.unsafeOffer(piece(framesOf(events))),
       durable: (events) => offer(framesOf(events)),
       end: end(errorFrame)
     }),
