@@ -77,14 +77,32 @@ export interface Feed<A> {
 /** The most `Take`s one pull reads from a queue (`Stream.fromQueue`'s default chunk size). */
 const MAX_TAKES = 4096
 
+/** What waits in `queue`; when nothing does, the first to arrive and what arrives while others run once. */
+const gathered = <T>(queue: Queue.Dequeue<T>): Effect.Effect<Chunk.Chunk<T>> =>
+  Effect.flatMap(Queue.takeUpTo(queue, MAX_TAKES), (waiting) =>
+    Chunk.isNonEmpty(waiting)
+      ? Effect.succeed(waiting)
+      : Effect.flatMap(Queue.take(queue), (first) =>
+        Effect.zipRight(
+          Effect.yieldNow(),
+          Effect.map(Queue.takeUpTo(queue, MAX_TAKES - 1), (rest) => Chunk.prepend(rest, first))
+        )))
+
 /**
  * The values of a queue of `Take`s up to the first `Take.end` (or the failure a `Take` carries),
  * one chunk per pull of every `Take` waiting: `Stream.flattenTake` emits one chunk per `Take`, so a
  * burst of publications (a model's deltas, B9) would cross every stage downstream one by one.
  *
+ * With `gather`, a pull that found the queue empty lets the other fibers that are ready run once
+ * after the first `Take` arrives, then reads what has arrived meanwhile with it: fewer, larger
+ * chunks when many producers are busy (an HTTP response writes each chunk as one piece, B9).
+ *
  * @internal
  */
-export const fromTakes = <A, E>(queue: Queue.Dequeue<Take.Take<A, E>>): Stream.Stream<A, E> => {
+export const fromTakes = <A, E>(
+  queue: Queue.Dequeue<Take.Take<A, E>>,
+  options?: { readonly gather?: boolean | undefined }
+): Stream.Stream<A, E> => {
   // made once per stream, not per Take: what a pull gathers, and how a Take adds to it
   let values: Array<A> = []
   const gather: {
@@ -99,8 +117,9 @@ export const fromTakes = <A, E>(queue: Queue.Dequeue<Take.Take<A, E>>): Stream.S
       return undefined
     }
   }
+  const takes = options?.gather === true ? gathered(queue) : Queue.takeBetween(queue, 1, MAX_TAKES)
   const loop: Channel.Channel<Chunk.Chunk<A>, unknown, E> = Channel.flatMap(
-    Channel.fromEffect(Queue.takeBetween(queue, 1, MAX_TAKES)),
+    Channel.fromEffect(takes),
     (takes) => {
       values = []
       let last: Channel.Channel<Chunk.Chunk<A>, unknown, E> | undefined

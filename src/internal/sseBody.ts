@@ -117,7 +117,7 @@ export const make: Effect.Effect<Body> = Effect.map(Queue.bounded<Take.Take<Piec
       durable: (events) => offer(framesOf(events)),
       end: end(errorFrame)
     }),
-    bytes: Stream.mapChunks(Feed.fromTakes(queue), write)
+    bytes: Stream.mapChunks(Feed.fromTakes(queue, { gather: true }), write)
   }
 })
 
