@@ -8,6 +8,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Fiber, Option, Queue, Stream } from "effect"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
+import * as AgentHost from "../src/AgentHost.js"
 import * as Message from "../src/Message.js"
 import type { SessionId } from "../src/Message.js"
 import * as Model from "../src/Model.js"
@@ -26,6 +27,12 @@ const logOf = (store: Store, id: string) =>
   Effect.map(Context.get(store.context, SessionPersistence).read(id as SessionId), (stored) => stored.events)
 
 const backends = [{ name: "files", make: fileStore }, stores[1]!]
+
+/** The host as made (its reader runs into the gateway's sink), and a copy of its service (read as a stream). */
+const hostShapes = [
+  { name: "the host as made", seen: (host: AgentHost.AgentHost["Type"]) => host },
+  { name: "a copy of the host's service", seen: (host: AgentHost.AgentHost["Type"]) => AgentHost.AgentHost.of({ ...host }) }
+]
 
 for (const backend of backends) {
   describe(`SessionGateway over ${backend.name}`, () => {
@@ -109,60 +116,63 @@ for (const backend of backends) {
         assert.strictEqual((yield* gateway.list()).sessions.length, 5)
       }))
 
-    it.scoped("HTTP-00 EVS-01 eventsFrom follows the session across a passivation without activating it; EVS-02 live events attach again after the activation", () =>
-      Effect.gen(function*() {
-        const store = yield* backend.make
-        const entered = yield* Deferred.make<void>()
-        const open = yield* Deferred.make<void>()
-        const { gateway, registry } = yield* gatewayOver(
-          store,
-          [Model.text("first"), Model.toolCall("c1", "gate", "{}"), Model.text("second reply")],
-          { setup: (agent) => agent.tools.register(gate(entered, open)) }
-        )
-        yield* gateway.create("ev", { options: route })
-        // the agent's own watchers (the registry's mirror), before any reader
-        const baseline = Feed.attachedTo(Option.getOrThrow(yield* registry.get("ev")))!.subscribers()
-        yield* gateway.send("ev", { text: "one", id: "m1" })
-        const received = yield* Queue.unbounded<SessionGateway.StreamEvent>()
-        const reader = yield* gateway.eventsFrom("ev", 0).pipe(
-          Stream.runForEach((item) => Queue.offer(received, item)),
-          Effect.fork
-        )
-        const takeUntil = (done: (item: SessionGateway.StreamEvent) => boolean) =>
-          Effect.gen(function*() {
-            const items: Array<SessionGateway.StreamEvent> = []
-            while (true) {
-              const item = yield* Queue.take(received)
-              items.push(item)
-              if (done(item)) return items
-            }
+    for (const shape of hostShapes) {
+      it.scoped(`HTTP-00 EVS-01 eventsFrom follows the session across a passivation without activating it; EVS-02 live events attach again after the activation (${shape.name})`, () =>
+        Effect.gen(function*() {
+          const store = yield* backend.make
+          const entered = yield* Deferred.make<void>()
+          const open = yield* Deferred.make<void>()
+          const { gateway, registry } = yield* gatewayOver(
+            store,
+            [Model.text("first"), Model.toolCall("c1", "gate", "{}"), Model.text("second reply")],
+            { setup: (agent) => agent.tools.register(gate(entered, open)) },
+            shape.seen
+          )
+          yield* gateway.create("ev", { options: route })
+          // the agent's own watchers (the registry's mirror), before any reader
+          const baseline = Feed.attachedTo(Option.getOrThrow(yield* registry.get("ev")))!.subscribers()
+          yield* gateway.send("ev", { text: "one", id: "m1" })
+          const received = yield* Queue.unbounded<SessionGateway.StreamEvent>()
+          const reader = yield* gateway.eventsFrom("ev", 0).pipe(
+            Stream.runForEach((item) => Queue.offer(received, item)),
+            Effect.fork
+          )
+          const takeUntil = (done: (item: SessionGateway.StreamEvent) => boolean) =>
+            Effect.gen(function*() {
+              const items: Array<SessionGateway.StreamEvent> = []
+              while (true) {
+                const item = yield* Queue.take(received)
+                items.push(item)
+                if (done(item)) return items
+              }
+            })
+          const turnEnd = (turn: number) => (item: SessionGateway.StreamEvent) =>
+            item._tag === "Durable" && item.event.type === "turn/end" && (item.event.data as { turn: number }).turn === turn
+          const first = yield* takeUntil(turnEnd(1))
+          // passivated: the reader waits without activating the agent
+          yield* gateway.dispose("ev")
+          assert.isTrue(Option.isNone(yield* registry.get("ev")))
+          yield* gateway.send("ev", { text: "two", id: "m2" })
+          yield* Deferred.await(entered)
+          // the reader has attached to the new agent's live events before the gate opens
+          const agent = Option.getOrThrow(yield* registry.get("ev"))
+          yield* eventually(() => Effect.sync(() => Feed.attachedTo(agent)!.subscribers() === baseline + 1))
+          yield* Deferred.succeed(open, undefined)
+          // live events come beside the durable ones, not in order with them: wait for both
+          let ended = false
+          let streamed = ""
+          const second = yield* takeUntil((item) => {
+            if (turnEnd(2)(item)) ended = true
+            if (item._tag === "Live" && item.event._tag === "ModelDelta" && item.event.turn === 2) streamed += item.event.text
+            return ended && streamed === "second reply"
           })
-        const turnEnd = (turn: number) => (item: SessionGateway.StreamEvent) =>
-          item._tag === "Durable" && item.event.type === "turn/end" && (item.event.data as { turn: number }).turn === turn
-        const first = yield* takeUntil(turnEnd(1))
-        // passivated: the reader waits without activating the agent
-        yield* gateway.dispose("ev")
-        assert.isTrue(Option.isNone(yield* registry.get("ev")))
-        yield* gateway.send("ev", { text: "two", id: "m2" })
-        yield* Deferred.await(entered)
-        // the reader has attached to the new agent's live events before the gate opens
-        const agent = Option.getOrThrow(yield* registry.get("ev"))
-        yield* eventually(() => Effect.sync(() => Feed.attachedTo(agent)!.subscribers() === baseline + 1))
-        yield* Deferred.succeed(open, undefined)
-        // live events come beside the durable ones, not in order with them: wait for both
-        let ended = false
-        let streamed = ""
-        const second = yield* takeUntil((item) => {
-          if (turnEnd(2)(item)) ended = true
-          if (item._tag === "Live" && item.event._tag === "ModelDelta" && item.event.turn === 2) streamed += item.event.text
-          return ended && streamed === "second reply"
-        })
-        yield* Fiber.interrupt(reader)
-        const durable = [...first, ...second].flatMap((item) => (item._tag === "Durable" ? [item.event] : []))
-        assert.deepStrictEqual(durable, yield* logOf(store, "ev"))
-        assert.strictEqual(streamed, "second reply")
-        assert.isTrue(second.some((item) => item._tag === "Live" && item.event._tag === "ToolCallStarted"))
-      }))
+          yield* Fiber.interrupt(reader)
+          const durable = [...first, ...second].flatMap((item) => (item._tag === "Durable" ? [item.event] : []))
+          assert.deepStrictEqual(durable, yield* logOf(store, "ev"))
+          assert.strictEqual(streamed, "second reply")
+          assert.isTrue(second.some((item) => item._tag === "Live" && item.event._tag === "ToolCallStarted"))
+        }))
+    }
 
     it.scoped("HTTP-00 fork, cancel of a passive session's pending input, and remove while a reader reads (SessionRemoved)", () =>
       Effect.gen(function*() {

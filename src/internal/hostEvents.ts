@@ -133,11 +133,19 @@ const track = (reader: Reader, last: SessionEvent): void => {
   reader.before = last
 }
 
-/** Hands `events` (those from `reader.next`) to the sink, waiting for room. */
+/** The most events a reader hands over in one piece when it reads them from a log. */
+const MAX_CHUNK = 1024
+
+/**
+ * Hands `events` (those from `reader.next`) to the sink, waiting for room, in pieces of at most
+ * `MAX_CHUNK` (a reader starting at 0 on a long log does not make one piece of it).
+ */
 const deliver = (reader: Reader, sink: DurableSink, events: ReadonlyArray<SessionEvent>): Effect.Effect<void> => {
   if (events.length === 0) return Effect.void
-  track(reader, events[events.length - 1]!)
-  return sink.durable(Chunk.unsafeFromArray(events))
+  const piece = events.length > MAX_CHUNK ? events.slice(0, MAX_CHUNK) : events
+  track(reader, piece[piece.length - 1]!)
+  const handed = sink.durable(Chunk.unsafeFromArray(piece))
+  return piece === events ? handed : Effect.zipRight(handed, deliver(reader, sink, events.slice(MAX_CHUNK)))
 }
 
 /** The stored log (not live): `SessionNotFound` before anything was read, `SessionRemoved` after. */
@@ -345,7 +353,8 @@ export const withRunInto = <H extends object>(host: H, run: RunInto): H =>
 
 /**
  * How to run a host's readers into a sink: its own way, or its `eventsFrom` stream read by the
- * current fiber (every chunk waits for room; `onLive` is not run).
+ * current fiber (every chunk waits for room; `onLive` runs before each chunk). The first is an
+ * internal property of the host made here: a host built otherwise (or a copy of one) takes the second.
  *
  * @internal
  */
@@ -353,4 +362,6 @@ export const runIntoOf = (host: {
   readonly eventsFrom: (id: SessionId | string, seq: number) => Stream.Stream<SessionEvent, AgentHost.EventsFromError>
 }): RunInto =>
   (host as { readonly [runIntoKey]?: RunInto })[runIntoKey] ??
-    ((id, seq, sink) => Stream.runForEachChunk(host.eventsFrom(id, seq), sink.durable))
+    ((id, seq, sink, onLive) =>
+      // no phases to see here: `onLive` before each chunk (a chunk after an activation reveals it)
+      Stream.runForEachChunk(host.eventsFrom(id, seq), (chunk) => Effect.zipRight(onLive, sink.durable(chunk))))
