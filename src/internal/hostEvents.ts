@@ -165,7 +165,7 @@ const readStored = (host: ReaderHost, reader: Reader) => {
  * last agent the host released (it was still reading an earlier incarnation), then the end. A log
  * that does not continue the one read, or a store that cannot be read any more, just ends it.
  */
-const lastPhase = (host: ReaderHost, reader: Reader, watch: Watch, sink: DurableSink) =>
+const lastPhase = ({ host, reader, sink, watch }: Run) =>
   Effect.gen(function*() {
     const changed = watch.changed()
     // the drain is still releasing the agent: look again once it is done (`released` is final then)
@@ -180,6 +180,9 @@ const lastPhase = (host: ReaderHost, reader: Reader, watch: Watch, sink: Durable
 
 /** What a live phase's listener and the reader's fiber share. */
 interface Following {
+  readonly reader: Reader
+  readonly source: CursorSource
+  readonly sink: DurableSink
   /** The listener keeps nothing: the reader reads the log until it has caught up. */
   behind: boolean
   /** The session's feed ended (it closed). */
@@ -189,7 +192,8 @@ interface Following {
 }
 
 /** The listener of a live phase: each commit to the sink once the reader has caught up (see the module). */
-const listenerOf = (reader: Reader, sink: DurableSink, state: Following): feed.Listener<SessionEvent> => {
+const listenerOf = (state: Following): feed.Listener<SessionEvent> => {
+  const { reader, sink } = state
   const signal = () => {
     if (state.wake !== undefined) D.unsafeDone(state.wake, Exit.void)
   }
@@ -217,26 +221,27 @@ const listenerOf = (reader: Reader, sink: DurableSink, state: Following): feed.L
 }
 
 /** The log from `reader.next` to the sink until nothing is left; then the listener hands over again. */
-const catchUp = (reader: Reader, source: CursorSource, sink: DurableSink, state: Following): Effect.Effect<void> =>
+const catchUp = (state: Following): Effect.Effect<void> =>
   Effect.suspend(() => {
-    const log = source.snapshot()
+    const { reader, sink } = state
+    const log = state.source.snapshot()
     // looked at and cleared in one step: a commit after it goes through the listener
     if (log.length <= reader.next) {
       state.behind = false
       return Effect.void
     }
-    return Effect.zipRight(deliver(reader, sink, log.slice(reader.next)), catchUp(reader, source, sink, state))
+    return Effect.zipRight(deliver(reader, sink, log.slice(reader.next)), catchUp(state))
   })
 
 /** Catches up when behind, else waits for the listener's signal, until the session's feed ends. */
-const followLoop = (reader: Reader, source: CursorSource, sink: DurableSink, state: Following): Effect.Effect<void> =>
+const followLoop = (state: Following): Effect.Effect<void> =>
   Effect.suspend(() => {
-    if (state.ended) return catchUp(reader, source, sink, state)
-    if (state.behind) return Effect.zipRight(catchUp(reader, source, sink, state), followLoop(reader, source, sink, state))
+    if (state.ended) return catchUp(state)
+    if (state.behind) return Effect.zipRight(catchUp(state), followLoop(state))
     // made before the look at the flags ends: a signal after it completes it
     const wake = D.unsafeMake<void>(FiberId.none)
     state.wake = wake
-    return Effect.zipRight(D.await(wake), followLoop(reader, source, sink, state))
+    return Effect.zipRight(D.await(wake), followLoop(state))
   })
 
 /** A live session's events from `reader.next` until it closes (a session not made here: its cursor). */
@@ -250,21 +255,26 @@ const followSession = (reader: Reader, session: Session, sink: DurableSink): Eff
   }
   return Effect.scoped(Effect.suspend(() => {
     // behind until the first catch-up: what the log holds now comes first
-    const state: Following = { behind: true, ended: false, wake: undefined }
-    return Effect.zipRight(source.listen(listenerOf(reader, sink, state)), followLoop(reader, source, sink, state))
+    const state: Following = { reader, source, sink, behind: true, ended: false, wake: undefined }
+    return Effect.zipRight(source.listen(listenerOf(state)), followLoop(state))
   }))
 }
 
+/** A running reader: where it is, what it watches, where its events go. */
+interface Run {
+  readonly host: ReaderHost
+  readonly reader: Reader
+  readonly watch: Watch
+  readonly sink: DurableSink
+  /** Run each time a live incarnation of the agent is followed. */
+  readonly onLive: Effect.Effect<void>
+}
+
 /** One phase of a reader, chosen from the host's slot (see the module). */
-const phase = (
-  host: ReaderHost,
-  reader: Reader,
-  watch: Watch,
-  sink: DurableSink,
-  onLive: Effect.Effect<void>
-): Effect.Effect<void, AgentHost.EventsFromError> =>
+const phase = (run: Run): Effect.Effect<void, AgentHost.EventsFromError> =>
   Effect.gen(function*() {
-    if (host.isClosed()) return yield* lastPhase(host, reader, watch, sink)
+    const { host, onLive, reader, sink, watch } = run
+    if (host.isClosed()) return yield* lastPhase(run)
     // taken before the look: a change after it completes `changed`
     const changed = watch.changed()
     const look = host.look(reader.id)
@@ -285,16 +295,8 @@ const phase = (
     return yield* D.await(changed)
   })
 
-const phases = (
-  host: ReaderHost,
-  reader: Reader,
-  watch: Watch,
-  sink: DurableSink,
-  onLive: Effect.Effect<void>
-): Effect.Effect<void, AgentHost.EventsFromError> =>
-  Effect.suspend(() =>
-    reader.done ? Effect.void : Effect.zipRight(phase(host, reader, watch, sink, onLive), phases(host, reader, watch, sink, onLive))
-  )
+const phases = (run: Run): Effect.Effect<void, AgentHost.EventsFromError> =>
+  Effect.suspend(() => run.reader.done ? Effect.void : Effect.zipRight(phase(run), phases(run)))
 
 /**
  * Runs a reader of the session's events from `seq` into `sink` until the host closes; `onLive` runs
@@ -310,7 +312,7 @@ export const runInto = (
   onLive: Effect.Effect<void>
 ): Effect.Effect<void, AgentHost.EventsFromError, Scope.Scope> => {
   const reader: Reader = { id, next: seq, header: undefined, before: undefined, streamed: undefined, done: false }
-  return Effect.flatMap(host.watch(id), (watch) => phases(host, reader, watch, sink, onLive))
+  return Effect.flatMap(host.watch(id), (watch) => phases({ host, reader, watch, sink, onLive }))
 }
 
 /** Commits a reader's queue may hold before the reader reads from the log and waits for room. @internal */
