@@ -96,12 +96,18 @@ const gathered = <T>(queue: Queue.Dequeue<T>): Effect.Effect<Chunk.Chunk<T>> =>
  * With `gather`, a pull that found the queue empty lets the other fibers that are ready run once
  * after the first `Take` arrives, then reads what has arrived meanwhile with it: fewer, larger
  * chunks when many producers are busy (an HTTP response writes each chunk as one piece, B9).
+ * `onPull` tells the queue's owner when downstream asks for more: a consumer that waits until a
+ * chunk is written (an HTTP response waits for its socket to drain) pulls again only then (SEC-01).
  *
  * @internal
  */
 export const fromTakes = <A, E>(
   queue: Queue.Dequeue<Take.Take<A, E>>,
-  options?: { readonly gather?: boolean | undefined }
+  options?: {
+    readonly gather?: boolean | undefined
+    /** Called as each pull starts: what the last pull emitted has been handled downstream (SEC-01). */
+    readonly onPull?: (() => void) | undefined
+  }
 ): Stream.Stream<A, E> => {
   // made once per stream, not per Take: what a pull gathers, and how a Take adds to it
   let values: Array<A> = []
@@ -117,7 +123,9 @@ export const fromTakes = <A, E>(
       return undefined
     }
   }
-  const takes = options?.gather === true ? gathered(queue) : Queue.takeBetween(queue, 1, MAX_TAKES)
+  const waiting = options?.gather === true ? gathered(queue) : Queue.takeBetween(queue, 1, MAX_TAKES)
+  const onPull = options?.onPull
+  const takes = onPull === undefined ? waiting : Effect.zipRight(Effect.sync(onPull), waiting)
   const loop: Channel.Channel<Chunk.Chunk<A>, unknown, E> = Channel.flatMap(
     Channel.fromEffect(takes),
     (takes) => {
