@@ -7,7 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Deferred, Effect, Exit, Fiber, Option, Stream } from "effect"
 import type { Agent } from "../src/Agent.js"
 import { AgentEvent } from "../src/AgentEvent.js"
-import { durableAndLive } from "../src/internal/durableAndLive.js"
+import { durableAndLive, eventsInto } from "../src/internal/durableAndLive.js"
 import type { DurableSink } from "../src/internal/hostEvents.js"
 import * as sseBody from "../src/internal/sseBody.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
@@ -94,11 +94,13 @@ describe("durableAndLive and the SSE body", () => {
       }))
       yield* eventually(allSuspended([writer]))
       sink.live(delta(stub, "while the writer waits"))
+      yield* body.heartbeat
       const frames = yield* framesOf(body)
       yield* Fiber.join(writer)
       const live = frames.filter((frame) => frame.includes("event: live"))
       const durable = frames.filter((frame) => frame.includes("event: durable"))
       assert.deepStrictEqual(durable.map((frame) => frame.split("\n")[0]), events.map((event) => `id: ${event.seq}`))
+      assert.isFalse(frames.some((frame) => frame.startsWith(":")), "no heartbeat while the client is behind")
       assert.isAbove(live.length, 0)
       assert.isBelow(live.length, 100)
       assert.isAtMost(live.reduce((size, frame) => size + frame.length + 2, 0), limit)
@@ -136,5 +138,42 @@ describe("durableAndLive and the SSE body", () => {
       sink.live(delta(stub, "kept"))
       yield* sink.end(Exit.void)
       assert.include(decoder.decode(Chunk.unsafeHead(yield* pull)), "kept")
+    }))
+
+  it.scoped("SEC-01 a gateway's own event stream into the body: live events keep their place between durable ones, and are dropped, not waited for, when the client is behind", () =>
+    Effect.gen(function*() {
+      const stub = yield* makeStubAgent("gateway-stream")
+      const limit = 8 * 1024
+      const small = yield* stub.session.append({ type: "test/note", data: 0 })
+      const large = yield* stub.session.append({ type: "test/note", data: "z".repeat(limit) })
+      const last = yield* stub.session.append({ type: "test/note", data: 2 })
+      const handled = yield* Effect.all([Deferred.make<void>(), Deferred.make<void>()])
+      // a gateway without the host's fast path: its stream is run into the body, a chunk at a time
+      const gateway = {
+        eventsFrom: () =>
+          Stream.fromIterable([delta(stub, "first"), durableOf(small), delta(stub, "second")]).pipe(
+            Stream.concat(Stream.execute(Deferred.succeed(handled[0], undefined))),
+            Stream.concat(Stream.make(durableOf(large))),
+            Stream.concat(Stream.make(delta(stub, "dropped"))),
+            Stream.concat(Stream.execute(Deferred.succeed(handled[1], undefined))),
+            Stream.concat(Stream.make(durableOf(last)))
+          )
+      }
+      const body = yield* sseBody.make(limit)
+      yield* eventsInto(gateway)("gateway-stream", 0, body.sink(() => Effect.succeed("event: error\ndata: {}\n\n")))
+      const pull = yield* Stream.toPull(body.bytes)
+      const read = Effect.map(pull, (chunk) => decoder.decode(Chunk.unsafeHead(chunk)))
+      yield* Deferred.await(handled[0])
+      const first = yield* read
+      // the large event waits until that write is out; then it is the write the client has not read
+      const second = yield* read
+      // the live event after it comes while the client is behind: dropped, and the stream goes on
+      yield* Deferred.await(handled[1])
+      const rest = yield* Effect.map(Stream.runCollect(Stream.fromPull(Effect.succeed(pull))), (chunks) =>
+        Chunk.toReadonlyArray(chunks).map((bytes) => decoder.decode(bytes)).join(""))
+      const names = (first + second + rest).split("\n\n").filter((frame) => frame.length > 0).map((frame) =>
+        frame.includes("event: durable") ? frame.split("\n")[0] : JSON.parse(frame.split("data: ")[1]!).text
+      )
+      assert.deepStrictEqual(names, ["first", `id: ${small.seq}`, "second", `id: ${large.seq}`, `id: ${last.seq}`])
     }))
 })
