@@ -4,6 +4,8 @@
  *
  * @internal
  */
+import { utf8Length } from "./recordSize.js"
+
 const LF = 10
 const COLON = 58
 const SPACE = 32
@@ -18,6 +20,12 @@ const SPACE = 32
  * followed by a blank line is never dispatched (a connection cut mid-event delivers nothing of
  * it), as the format says. No string is cut but the value of a data line (B13).
  *
+ * SEC-02: an event (everything from the blank line before it to the blank line that ends it: its
+ * lines and their endings) may be at most `maxEventBytes` UTF-8 bytes. The count runs while the
+ * bytes arrive — a line that never ends is caught by the piece that takes it over the limit —
+ * and once over, the parser sets {@link tooLarge}, dispatches nothing of that event and reads no
+ * more.
+ *
  * @internal
  */
 export class Parser {
@@ -29,50 +37,81 @@ export class Parser {
   private data: string | undefined = undefined
   /** The body's bytes as UTF-8 text: a character cut between two network reads is decoded whole. */
   private readonly decoder = new TextDecoder()
+  /** The UTF-8 bytes the event being read got from earlier pieces. */
+  private held = 0
+  /** The event being read went over `maxEventBytes`: nothing more is parsed (SEC-02). */
+  tooLarge = false
+
+  constructor(private readonly maxEventBytes: number = Number.POSITIVE_INFINITY) {}
 
   /** Reads one piece of the body's bytes, pushing the data of each event it completes onto `out`. */
   feedBytes(bytes: Uint8Array, out: Array<string>): void {
-    this.feed(this.decoder.decode(bytes, { stream: true }), out)
+    this.feed(this.decoder.decode(bytes, { stream: true }), out, bytes.length)
   }
 
-  /** Reads one piece of the body's text, pushing the data of each event it completes onto `out`. */
-  feed(text: string, out: Array<string>): void {
+  /**
+   * Reads one piece of the body's text, pushing the data of each event it completes onto `out`;
+   * `byteLength`, when known, is the piece's size in bytes (else it is counted).
+   */
+  feed(text: string, out: Array<string>, byteLength?: number): void {
+    if (this.tooLarge) return
     let from = 0
     if (this.afterCR) {
       this.afterCR = false
       if (text.charCodeAt(0) === LF) from = 1
     }
     const length = text.length
+    // where the event being read starts in this piece (0: in an earlier one, whose bytes are `held`)
+    let eventStart = 0
     // line ends found with indexOf (native), not character by character
     let lf = text.indexOf("\n", from)
     let cr = text.indexOf("\r", from)
     while (lf !== -1 || cr !== -1) {
       const end = cr === -1 || (lf !== -1 && lf < cr) ? lf : cr
-      if (this.rest === "") {
-        this.line(text, from, end, out)
+      const blank = this.rest === "" && end === from
+      if (blank) {
+        if (!this.fits(text, eventStart, end)) return
+        if (this.data !== undefined) out.push(this.data)
+        this.data = undefined
+      } else if (this.rest === "") {
+        this.line(text, from, end)
       } else {
         const line = this.rest + text.slice(from, end)
         this.rest = ""
-        this.line(line, 0, line.length, out)
+        this.line(line, 0, line.length)
       }
       from = end + 1
       if (end === cr) {
         if (from === length) this.afterCR = true
         else if (text.charCodeAt(from) === LF) from++
       }
+      if (blank) {
+        eventStart = from
+        this.held = 0
+      }
       if (lf !== -1 && lf < from) lf = text.indexOf("\n", from)
       if (cr !== -1 && cr < from) cr = text.indexOf("\r", from)
     }
     if (from < length) this.rest += text.slice(from)
+    if (eventStart < length) {
+      this.held += eventStart === 0 && byteLength !== undefined ? byteLength : utf8Length(text.slice(eventStart))
+      if (this.held > this.maxEventBytes) this.tooLarge = true
+    }
   }
 
-  /** Applies the line `text[start, end)`: a blank one dispatches, a data field adds its value. */
-  private line(text: string, start: number, end: number, out: Array<string>): void {
-    if (start === end) {
-      if (this.data !== undefined) out.push(this.data)
-      this.data = undefined
-      return
-    }
+  /**
+   * Whether the event ending at `text[end]` is within the limit: what earlier pieces held and its
+   * part of this piece, measured exactly only when it could be over (at most 3 bytes per unit).
+   */
+  private fits(text: string, eventStart: number, end: number): boolean {
+    if (this.held + 3 * (end - eventStart) <= this.maxEventBytes) return true
+    if (this.held + utf8Length(text.slice(eventStart, end)) <= this.maxEventBytes) return true
+    this.tooLarge = true
+    return false
+  }
+
+  /** Applies the non-blank line `text[start, end)`: a data field adds its value. */
+  private line(text: string, start: number, end: number): void {
     // "data" alone, or "data:" and a value whose first space is not part of it
     if (!text.startsWith("data", start)) return
     let value: string
