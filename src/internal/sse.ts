@@ -33,12 +33,17 @@ export class Parser {
   private rest = ""
   /** The last piece ended with `\r`: a `\n` opening the next one belongs to that line ending. */
   private afterCR = false
+  /** That `\r` ended a blank line: its `\n` is not part of the next event. */
+  private afterBlank = false
   /** The data lines of the event so far, joined by `\n` (undefined: none yet). */
   private data: string | undefined = undefined
   /** The body's bytes as UTF-8 text: a character cut between two network reads is decoded whole. */
   private readonly decoder = new TextDecoder()
-  /** The UTF-8 bytes the event being read got from earlier pieces. */
+  /** The UTF-8 bytes the event being read got from earlier pieces (a character they cut included). */
   private held = 0
+  /** The bytes of a character the last piece cut, which the decoder holds (0 to 3), and its full length. */
+  private cut = 0
+  private cutLength = 0
   /** The event being read went over `maxEventBytes`: nothing more is parsed (SEC-02). */
   tooLarge = false
 
@@ -46,23 +51,53 @@ export class Parser {
 
   /** Reads one piece of the body's bytes, pushing the data of each event it completes onto `out`. */
   feedBytes(bytes: Uint8Array, out: Array<string>): void {
-    this.feed(this.decoder.decode(bytes, { stream: true }), out, bytes.length)
+    const before = this.cut
+    this.cutAfter(bytes)
+    this.read(this.decoder.decode(bytes, { stream: true }), out, bytes.length, before)
+  }
+
+  /** Reads one piece of the body's text, pushing the data of each event it completes onto `out`. */
+  feed(text: string, out: Array<string>): void {
+    this.read(text, out, undefined, 0)
   }
 
   /**
-   * Reads one piece of the body's text, pushing the data of each event it completes onto `out`;
-   * `byteLength`, when known, is the piece's size in bytes (else it is counted).
+   * Notes the bytes of a character `bytes` leaves unfinished (its text comes with the next piece):
+   * counted with the piece that brought them, not again with the text of the next one.
    */
-  feed(text: string, out: Array<string>, byteLength?: number): void {
+  private cutAfter(bytes: Uint8Array): void {
+    const length = bytes.length
+    let back = 0
+    while (back < 3 && back < length && (bytes[length - 1 - back]! & 0xc0) === 0x80) back++
+    if (back === length) {
+      // continuation bytes only: they go on the character the last piece cut
+      const have = this.cut + length
+      this.cut = this.cut > 0 && have < this.cutLength ? have : 0
+      return
+    }
+    const lead = bytes[length - 1 - back]!
+    const need = lead >= 0xf0 && lead < 0xf8 ? 4 : lead >= 0xe0 && lead < 0xf0 ? 3 : lead >= 0xc0 && lead < 0xe0 ? 2 : 1
+    this.cut = need > back + 1 ? back + 1 : 0
+    this.cutLength = need
+  }
+
+  /**
+   * Reads one piece's text; `byteLength` is the piece's size in bytes when it came as bytes, and
+   * `carried` the bytes of its first character that the last piece brought (counted then).
+   */
+  private read(text: string, out: Array<string>, byteLength: number | undefined, carried: number): void {
     if (this.tooLarge) return
     let from = 0
-    if (this.afterCR) {
-      this.afterCR = false
-      if (text.charCodeAt(0) === LF) from = 1
-    }
-    const length = text.length
     // where the event being read starts in this piece (0: in an earlier one, whose bytes are `held`)
     let eventStart = 0
+    if (this.afterCR) {
+      this.afterCR = false
+      if (text.charCodeAt(0) === LF) {
+        from = 1
+        if (this.afterBlank) eventStart = 1
+      }
+    }
+    const length = text.length
     // line ends found with indexOf (native), not character by character
     let lf = text.indexOf("\n", from)
     let cr = text.indexOf("\r", from)
@@ -70,7 +105,7 @@ export class Parser {
       const end = cr === -1 || (lf !== -1 && lf < cr) ? lf : cr
       const blank = this.rest === "" && end === from
       if (blank) {
-        if (!this.fits(text, eventStart, end)) return
+        if (!this.fits(text, eventStart, end, eventStart === 0 ? carried : 0)) return
         if (this.data !== undefined) out.push(this.data)
         this.data = undefined
       } else if (this.rest === "") {
@@ -82,8 +117,12 @@ export class Parser {
       }
       from = end + 1
       if (end === cr) {
-        if (from === length) this.afterCR = true
-        else if (text.charCodeAt(from) === LF) from++
+        if (from === length) {
+          this.afterCR = true
+          this.afterBlank = blank
+        } else if (text.charCodeAt(from) === LF) {
+          from++
+        }
       }
       if (blank) {
         eventStart = from
@@ -93,19 +132,23 @@ export class Parser {
       if (cr !== -1 && cr < from) cr = text.indexOf("\r", from)
     }
     if (from < length) this.rest += text.slice(from)
-    if (eventStart < length) {
-      this.held += eventStart === 0 && byteLength !== undefined ? byteLength : utf8Length(text.slice(eventStart))
-      if (this.held > this.maxEventBytes) this.tooLarge = true
+    if (eventStart === 0) {
+      this.held += byteLength ?? utf8Length(text)
+    } else {
+      // the event that starts in this piece: its text, and the bytes of a character cut at the end
+      this.held = (eventStart < length ? utf8Length(text.slice(eventStart)) : 0) + (byteLength === undefined ? 0 : this.cut)
     }
+    if (this.held > this.maxEventBytes) this.tooLarge = true
   }
 
   /**
-   * Whether the event ending at `text[end]` is within the limit: what earlier pieces held and its
-   * part of this piece, measured exactly only when it could be over (at most 3 bytes per unit).
+   * Whether the event ending at `text[end]` is within the limit: what earlier pieces brought and
+   * its part of this piece (less the `carried` bytes of a cut character, counted before), measured
+   * exactly only when it could be over (a UTF-16 unit is at most 3 bytes).
    */
-  private fits(text: string, eventStart: number, end: number): boolean {
+  private fits(text: string, eventStart: number, end: number, carried: number): boolean {
     if (this.held + 3 * (end - eventStart) <= this.maxEventBytes) return true
-    if (this.held + utf8Length(text.slice(eventStart, end)) <= this.maxEventBytes) return true
+    if (this.held + utf8Length(text.slice(eventStart, end)) - carried <= this.maxEventBytes) return true
     this.tooLarge = true
     return false
   }
