@@ -78,7 +78,8 @@ export interface AdapterOptions {
    * (its text, reasoning and tool calls, counted delta by delta). Past it the request is aborted at
    * once and fails `ModelError{code: "OUTPUT_TOO_LARGE"}`, which the loop does not retry (SEC-02).
    * Default 16 MiB, the session log's own `maxEventBytes` (a larger message could not be stored).
-   * A positive integer; anything else fails the layer with a `ConfigError`.
+   * A positive integer of at most 256 MiB (a string of more could reach V8's limit); anything else
+   * fails the layer with a `ConfigError`.
    *
    * @since 0.3.0
    */

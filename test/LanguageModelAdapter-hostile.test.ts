@@ -154,7 +154,8 @@ describe("SEC-02 provider output is bounded while it streams", () => {
 
   it.effect("SEC-02 a bad maxEventBytes or maxRetryDelay fails the layer with a ConfigError", () =>
     Effect.gen(function*() {
-      for (const options of [{ maxEventBytes: 0 }, { maxEventBytes: 1.5 }, { maxRetryDelay: Duration.infinity }]) {
+      const bad = [{ maxEventBytes: 0 }, { maxEventBytes: 1.5 }, { maxEventBytes: 2 ** 30 }, { maxRetryDelay: Duration.infinity }]
+      for (const options of bad) {
         const exit = yield* Effect.exit(Effect.scoped(Layer.build(
           LanguageModelAdapter.openAi({ baseUrl: "http://127.0.0.1:9/v1", ...options }).pipe(
             Layer.provide(FetchHttpClient.layer)

@@ -33,6 +33,14 @@ export interface Limits {
 export const defaultMaxOutputBytes: number = defaultMaxEventBytes
 
 /**
+ * The largest `maxEventBytes` accepted: 256 MiB, well under the longest string V8 can build (about
+ * 2^29 UTF-16 units), so that the bound holds before the engine's own limit turns into a defect.
+ *
+ * @internal
+ */
+export const largestMaxOutputBytes: number = 256 * 1024 * 1024
+
+/**
  * The default of `maxRetryDelay`: 60 seconds.
  *
  * @internal
@@ -49,8 +57,10 @@ export const limitsOf = (options: {
   readonly maxRetryDelay?: Duration.DurationInput | undefined
 }): Limits | string => {
   const maxEventBytes = options.maxEventBytes ?? defaultMaxOutputBytes
-  if (!Number.isSafeInteger(maxEventBytes) || maxEventBytes < 1) {
-    return `maxEventBytes must be a positive integer (bytes), not ${String(options.maxEventBytes)}`
+  if (!Number.isSafeInteger(maxEventBytes) || maxEventBytes < 1 || maxEventBytes > largestMaxOutputBytes) {
+    return `maxEventBytes must be a positive integer of at most ${largestMaxOutputBytes} (bytes), not ${
+      String(options.maxEventBytes)
+    }`
   }
   const maxRetryDelay = options.maxRetryDelay === undefined
     ? Option.some(defaultMaxRetryDelay)
