@@ -100,7 +100,9 @@ const timeoutsOf = (options: AdapterOptions | undefined): Timeouts => ({
 })
 
 /** The limits of the options (SEC-02), or the `ConfigError` of a bad one. */
-const limitsOf = (options: AdapterOptions | undefined): Effect.Effect<providerOutput.Limits, ConfigError.ConfigError> => {
+const limitsOf = (
+  options: AdapterOptions | undefined
+): Effect.Effect<providerOutput.Limits, ConfigError.ConfigError> => {
   const limits = providerOutput.limitsOf(options ?? {})
   return typeof limits === "string" ? Effect.fail(ConfigError.InvalidData([], limits)) : Effect.succeed(limits)
 }

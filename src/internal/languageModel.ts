@@ -342,7 +342,9 @@ export const streamOf = (
     })
     const chunks = mapChunksOrFail(
       Stream.catchAll(parts, (error) =>
-        Stream.fromEffect(Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(modelErrorOf(error, now, limits.maxRetryDelay))))),
+        Stream.fromEffect(
+          Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(modelErrorOf(error, now, limits.maxRetryDelay)))
+        )),
       (chunk, out: Array<ModelChunk>) => assembly.onParts(chunk, out),
       nothingAtTheEnd
     ).pipe(Stream.provideService(RequestSettings, { model: request.model, maxTokens: request.maxTokens }))

@@ -136,7 +136,8 @@ export class Parser {
       this.held += byteLength ?? utf8Length(text)
     } else {
       // the event that starts in this piece: its text, and the bytes of a character cut at the end
-      this.held = (eventStart < length ? utf8Length(text.slice(eventStart)) : 0) + (byteLength === undefined ? 0 : this.cut)
+      const tail = eventStart < length ? utf8Length(text.slice(eventStart)) : 0
+      this.held = tail + (byteLength === undefined ? 0 : this.cut)
     }
     if (this.held > this.maxEventBytes) this.tooLarge = true
   }
