@@ -196,8 +196,8 @@ const statusOf = (state: connection.ServerState): ServerStatus => ({
  *
  * @example
  * ```ts
- * import { Layer } from "effect"
- * import { AgentRuntime } from "effect-agent"
+ * import { Effect, Layer } from "effect"
+ * import { AgentRuntime, Model, SessionPersistence } from "effect-agent"
  * import * as McpTools from "effect-agent/McpTools"
  *
  * const Mcp = McpTools.layer({
@@ -206,7 +206,12 @@ const statusOf = (state: connection.ServerState): ServerStatus => ({
  *     search: { url: "http://127.0.0.1:8931/mcp" }
  *   }
  * })
- * export const Runtime = AgentRuntime.layerMemory().pipe(Layer.provide(Mcp))
+ * export const Runtime = Layer.unwrapEffect(
+ *   Effect.map(SessionPersistence.makeMemoryStorage, (storage) =>
+ *     AgentRuntime.layerMemory({ storage }).pipe(
+ *       Layer.provide(Layer.mergeAll(Model.layerScripted([Model.text("hello")]), Mcp))
+ *     ))
+ * )
  * ```
  *
  * @since 0.3.0
