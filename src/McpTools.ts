@@ -15,8 +15,8 @@ import * as Tool from "./Tool.js"
 
 export {
   /**
-   * A `tools/call` the server answered with a protocol error; the model sees an error result
-   * `TOOL_FAILED` with its message.
+   * A `tools/call` that ended in a JSON-RPC error instead of a result; the model sees an error
+   * result `TOOL_FAILED` with its message.
    *
    * @since 0.3.0
    * @category errors

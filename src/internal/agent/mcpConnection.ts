@@ -21,7 +21,7 @@ import {
   ToolListChangedNotificationSchema
 } from "@modelcontextprotocol/sdk/types.js"
 import type { Duration, Schedule, Scope } from "effect"
-import { Data, Deferred, Effect, Exit, Queue, Schema, Stream, SubscriptionRef } from "effect"
+import { Cause, Data, Deferred, Effect, Exit, Queue, Schema, Stream, SubscriptionRef } from "effect"
 import { ToolUnavailable } from "../../AgentError.js"
 import type { McpServerOptions } from "../../McpTools.js"
 import type { JsonRecord } from "../../SessionEvent.js"
@@ -31,9 +31,9 @@ import type { ServerTools } from "./mcpTools.js"
 import { isOffered, modelToolName, toToolResult } from "./mcpTools.js"
 
 /**
- * A `tools/call` that the MCP server answered with a protocol error (an unknown tool, arguments it
- * refused, a result that does not match the tool's output schema). The model sees an error result
- * `TOOL_FAILED` with this message.
+ * A `tools/call` that ended in a JSON-RPC error rather than a result: the server's (an unknown tool,
+ * arguments it refused) or the client's (a result that does not match the tool's output schema).
+ * The model sees an error result `TOOL_FAILED` with this message.
  *
  * @since 0.3.0
  * @category errors
@@ -43,7 +43,7 @@ export class McpCallFailed extends Schema.TaggedError<McpCallFailed>("effect-age
   { server: Schema.String, tool: Schema.String, code: Schema.Number, reason: Schema.String }
 ) {
   override get message(): string {
-    return `MCP server ${JSON.stringify(this.server)} refused the call of its tool ${JSON.stringify(this.tool)}: ` +
+    return `the call of tool ${JSON.stringify(this.tool)} on MCP server ${JSON.stringify(this.server)} failed: ` +
       `${this.reason} (JSON-RPC error ${this.code}); check the arguments against the tool's schema`
   }
 }
@@ -379,4 +379,15 @@ export const supervise = (servers: Servers, index: number, firstAttempt: Deferre
       }
       yield* Effect.logWarning(`${label}: the connection was lost; reconnecting`)
     }
-  })
+  }).pipe(
+    // a defect stops this server only, said once; the layer never waits for a supervisor that died
+    Effect.catchAllCause((cause) =>
+      Cause.isInterruptedOnly(cause)
+        ? Effect.failCause(cause)
+        : Effect.zipRight(
+          update(servers, index, (state) => ({ ...state, status: "failed", session: undefined })),
+          Effect.logError(`MCP server ${JSON.stringify(servers.configs[index]!.name)} stopped on a defect`, cause)
+        )
+    ),
+    Effect.ensuring(Deferred.succeed(firstAttempt, undefined))
+  )
