@@ -22,7 +22,7 @@ import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as Tool from "../src/Tool.js"
 import { withLogs } from "./fixtures/logs.js"
 import type { Probe } from "./fixtures/mcpProbe.js"
-import { effectHttp, effectStdio, makeProbe, sdkStdio } from "./fixtures/mcpProbe.js"
+import { effectHttp, effectStdio, makeProbe, sdkHttp, sdkStdio } from "./fixtures/mcpProbe.js"
 
 const route = { provider: "scripted", model: "mcp" } as const
 const sid = (id: string) => id as SessionId
@@ -91,11 +91,11 @@ const tempDir = Effect.acquireRelease(
 
 describe("McpTools against real servers", () => {
   it.live(
-    "MCP-01 MCP-03 one turn calls tools of an @effect/ai server (stdio and HTTP) and an official SDK server (stdio), logged like native tools",
+    "MCP-01 MCP-03 one turn calls tools of an @effect/ai server (stdio and HTTP) and an official SDK server (stdio and HTTP), logged like native tools",
     () =>
       Effect.gen(function*() {
         const probe = yield* makeProbe
-        const http = yield* effectHttp(probe)
+        const [http, sdkWeb] = yield* Effect.all([effectHttp(probe), sdkHttp(probe)], { concurrency: 2 })
         const storage = yield* SessionPersistence.makeMemoryStorage
         const script = [
           [
@@ -107,16 +107,27 @@ describe("McpTools against real servers", () => {
             Model.toolCall("c6", "effect__weather", "{\"city\":\"Oslo\"}"),
             Model.toolCall("c7", "sdk__confirm", "{}"),
             Model.toolCall("c8", "sdk__add", "{\"a\":\"x\"}"),
-            Model.toolCall("c9", "sdk__add", "[1, 2]")
+            Model.toolCall("c9", "sdk__add", "[1, 2]"),
+            Model.toolCall("c10", "sdkweb__add", "{\"a\":20,\"b\":22}")
           ],
           Model.text("done")
         ]
         const mcp = McpTools.layer({
-          servers: { effect: effectStdio(probe), web: { url: http.url }, sdk: sdkStdio(probe) },
+          servers: {
+            effect: effectStdio(probe),
+            web: { url: http.url },
+            sdk: sdkStdio(probe),
+            sdkweb: { url: sdkWeb.url, headers: { "X-Test": "interop" } }
+          },
           ...common
         })
-        const context = yield* runtime(storage, script, mcp)
-        yield* runTurn("interop", "use the tools", "m1").pipe(Effect.provide(context))
+        const first = yield* Effect.scoped(Effect.gen(function*() {
+          const context = yield* runtime(storage, script, mcp)
+          yield* runTurn("interop", "use the tools", "m1").pipe(Effect.provide(context))
+          return yield* Context.get(context, Model.ScriptedModel).awaitRequest(1)
+        }))
+        // the layer's release ended the HTTP session the SDK server opened
+        yield* probe.waitFor((line) => line === "session ended")
         const events = yield* eventsOf(storage, "interop")
 
         // logged like native tools: each call's tool/call, then its result, the turn completed
@@ -129,12 +140,15 @@ describe("McpTools against real servers", () => {
           "effect__weather",
           "sdk__confirm",
           "sdk__add",
-          "sdk__add"
+          "sdk__add",
+          "sdkweb__add"
         ])
         assert.deepStrictEqual(endReason(events), { kind: "completed" })
         assert.strictEqual(textOf(resultOf(events, "c1")), "echo: hi")
         assert.strictEqual(textOf(resultOf(events, "c2")), "echo: over http")
         assert.strictEqual(textOf(resultOf(events, "c3")), "5")
+        assert.strictEqual(textOf(resultOf(events, "c10")), "42")
+        assert.include(yield* probe.lines, "header interop")
         // text, image and resource contents map to result parts
         const picture = resultOf(events, "c4").message.content
         assert.deepStrictEqual(picture.map((part) => part.type), ["text", "image", "text", "image"])
@@ -152,13 +166,11 @@ describe("McpTools against real servers", () => {
         // arguments that are not a JSON object never reach a server
         assert.isTrue(resultOf(events, "c9").message.isError)
         assert.include(textOf(resultOf(events, "c9")), "must be a JSON object")
-        assert.strictEqual((yield* calls(probe)).filter((line) => line === "call add").length, 2)
+        assert.strictEqual((yield* calls(probe)).filter((line) => line === "call add").length, 3)
         // the servers saw the calls
         assert.includeMembers(yield* calls(probe), ["call echo", "call add", "call picture", "call confirm"])
 
         // the model got each server's JSON Schema as is
-        const scripted = Context.get(context, Model.ScriptedModel)
-        const first = yield* scripted.awaitRequest(1)
         const add = first.tools.find((tool) => tool.name === "sdk__add")
         assert.deepStrictEqual(add?.jsonSchema, {
           type: "object",

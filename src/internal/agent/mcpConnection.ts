@@ -253,6 +253,12 @@ const transportOf = (options: McpServerOptions) =>
       options.headers !== undefined ? { requestInit: { headers: { ...options.headers } } } : undefined
     )
 
+/** Ends the server's session of a Streamable HTTP transport, if it opened one; never rejects. */
+const endHttpSession = async (transport: StdioClientTransport | StreamableHTTPClientTransport): Promise<void> => {
+  if (!(transport instanceof StreamableHTTPClientTransport) || transport.sessionId === undefined) return
+  await transport.terminateSession().catch(() => undefined)
+}
+
 /** Every page of `tools/list`, filtered by the server's `allow`/`deny`, as agent tools. */
 const listTools = (servers: Servers, index: number, client: Client) => {
   const { options } = servers.configs[index]!
@@ -291,8 +297,15 @@ const open = (servers: Servers, index: number): Effect.Effect<Session, ConnectFa
     client.setNotificationHandler(ToolListChangedNotificationSchema, () => void Queue.unsafeOffer(listChanged, undefined))
     client.onclose = () => Deferred.unsafeDone(lost, Exit.void)
     const transport = transportOf(options)
-    // registered before connecting, so a failed attempt ends its child process too
-    yield* Effect.addFinalizer(() => Effect.promise(() => client.close().catch(() => undefined)))
+    // registered before connecting, so a failed attempt ends its child process too; an HTTP session
+    // the server opened is ended first (a DELETE, given a moment: the server may be gone)
+    yield* Effect.addFinalizer(() =>
+      Effect.promise(() => endHttpSession(transport)).pipe(
+        Effect.timeout("2 seconds"),
+        Effect.ignore,
+        Effect.zipRight(Effect.promise(() => client.close().catch(() => undefined)))
+      )
+    )
     if (transport instanceof StdioClientTransport && transport.stderr !== null) {
       yield* logStderr(name, transport.stderr as unknown as Readable)
     }
