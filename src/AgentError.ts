@@ -229,6 +229,24 @@ export class DuplicateTool extends Schema.TaggedError<DuplicateTool>("effect-age
 }
 
 /**
+ * What a tool fails with when what it needs is out of reach for now, e.g. an MCP server that is
+ * down or being reconnected (MCP-02). The model sees an error result with the code
+ * `TOOL_UNAVAILABLE` and this message; the turn goes on.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class ToolUnavailable extends Schema.TaggedError<ToolUnavailable>("effect-agent/ToolUnavailable")(
+  "ToolUnavailable",
+  { tool: Schema.String, reason: Schema.String }
+) {
+  override get message(): string {
+    return `the tool ${JSON.stringify(this.tool)} is unavailable for now: ${this.reason}; ` +
+      "it may work again later: carry on without it or call it again later"
+  }
+}
+
+/**
  * @since 0.1.0
  * @category errors
  */
