@@ -1,7 +1,7 @@
 /**
- * The driver's state record and the one place it changes (SPEC §3, item 3): the phase
+ * The driver's state record and the one place it changes (§8: one state machine): the phase
  * (`Idle | Maintenance | Running`), changed only under the state lock as a `SynchronizedRef` would be
- * (`modifyPhase`); the status the agent reports (AGT-03); the publication gate (PUB-11); and the
+ * (`modifyPhase`); the status the agent reports (AGT-02); the publication gate (PUB-11); and the
  * broken flag set by a failed durable write (SES-02b).
  *
  * @internal
@@ -67,7 +67,7 @@ export interface Activity {
   interrupted: boolean
 }
 
-/** The state machine's phase (SPEC §3, item 3). @internal */
+/** The state machine's phase (§8): `Idle`, `Maintenance` (AGT-03) or `Running`. @internal */
 export type Phase =
   | { readonly _tag: "Idle" }
   | {
@@ -96,7 +96,7 @@ export class DriverState {
   /** The state machine's phase, changed only under `phaseLock` (`modifyPhase`, `updatePhase`). */
   phase: Phase = idle
   phaseLock: Lock | undefined = undefined
-  /** What `agent.status` reports (AGT-03); changes are announced as `AgentStatusChanged`. */
+  /** What `agent.status` reports (AGT-02); changes are announced as `AgentStatusChanged`. */
   status: AgentStatus = "idle"
   /** PUB-11: the gate's value once set (first wins), and the Deferred senders wait on before. */
   gateValue: boolean | undefined = undefined
@@ -162,7 +162,7 @@ export const setPhase = (state: DriverState, next: Phase): void => {
   }
 }
 
-/** AGT-03: the status, announced as `AgentStatusChanged` when it changes. @internal */
+/** AGT-02: the status, announced as `AgentStatusChanged` when it changes. @internal */
 export const setStatus = (state: DriverState, next: AgentStatus): Effect.Effect<void> =>
   Effect.suspend(() => {
     const previous = state.status

@@ -1,6 +1,6 @@
 /**
  * The driver's verbs, each a step of the state machine under its lock: `send` (AGT-04, DLV, PUB-11's
- * gate), `cancel` (CAN-01..04), `whenIdle` (AGT-05, CORE-07), `runMaintenance` (AGT-06), `wake`
+ * gate), `cancel` (CAN-01..04), `whenIdle` (AGT-05, CORE-07), `runMaintenance` (AGT-03), `wake`
  * (HOST-03), `open` (PUB-11) and `stop` (teardown step 1, LIFE-01/06).
  *
  * @internal
@@ -146,7 +146,7 @@ export const whenIdle = (state: DriverState): Effect.Effect<void> =>
   })
 
 /**
- * AGT-06: runs `task` as the agent's activity when it is idle (`AgentBusy` otherwise); a cancel
+ * AGT-03: runs `task` as the agent's activity when it is idle (`AgentBusy` otherwise); a cancel
  * interrupts it (`AgentCanceled`), and so does its caller's interruption.
  *
  * @internal
