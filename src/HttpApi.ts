@@ -376,7 +376,7 @@ export class Api extends HttpApi.make("effect-agent")
 
 /**
  * The server's options. Every field has a default: no authentication, every request authorized,
- * 1 MiB bodies, a heartbeat every 15 seconds, CORS off.
+ * 1 MiB bodies, 1 MiB unread per event-stream client, a heartbeat every 15 seconds, CORS off.
  *
  * @since 0.2.0
  * @category options
@@ -384,6 +384,15 @@ export class Api extends HttpApi.make("effect-agent")
 export interface Options {
   /** The largest request body; a larger one is refused `413 PayloadTooLarge`. Default 1 MiB. */
   readonly maxBodyBytes?: number | undefined
+  /**
+   * The most an event-stream client may have unread on the server (SEC-01): the frames waiting for it
+   * and the last write the socket has not flushed. A client over it gets no live events until it has
+   * caught up, and its durable events are read again from the session's log when it reads: none is
+   * lost or sent twice, and a stalled client holds no more than this. Default 1 MiB.
+   *
+   * @since 0.3.0
+   */
+  readonly maxClientBufferBytes?: number | undefined
   /** How often an event stream sends a comment line to keep proxies from closing it. Default 15 seconds. */
   readonly heartbeat?: Duration.DurationInput | undefined
   /** What `Retry-After` says with a 503 (host at capacity or closing). Default 5 seconds. */

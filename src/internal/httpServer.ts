@@ -41,6 +41,7 @@ import * as sseBody from "./sseBody.js"
 /** The options with their defaults. */
 interface Settings {
   readonly maxBodyBytes: number
+  readonly maxClientBufferBytes: number
   readonly heartbeat: Duration.Duration
   readonly retryAfterSeconds: number
   readonly authenticate: HttpApi.Options["authenticate"]
@@ -58,6 +59,9 @@ const settingsOf = (options: HttpApi.Options | undefined): Settings => ({
   maxBodyBytes: options?.maxBodyBytes !== undefined && options.maxBodyBytes > 0
     ? options.maxBodyBytes
     : DEFAULT_MAX_BODY_BYTES,
+  maxClientBufferBytes: options?.maxClientBufferBytes !== undefined && options.maxClientBufferBytes > 0
+    ? options.maxClientBufferBytes
+    : sseBody.DEFAULT_MAX_BYTES,
   heartbeat: Duration.decode(options?.heartbeat ?? "15 seconds"),
   retryAfterSeconds: Math.max(1, Math.ceil(Duration.toSeconds(Duration.decode(options?.retryAfter ?? "5 seconds")))),
   authenticate: options?.authenticate,
@@ -268,7 +272,9 @@ const errorFrameOf = (error: EventsError) =>
  * between them; a failure after the start is sent as a last `error` frame. The gateway runs the
  * events into the body's sink (no fiber copies a stream of them); the heartbeats and the server's
  * close (streams end first, HOST-05) are fibers of the body's Scope; a client that disconnects
- * closes it, which stops them all. B9: a `Stream.merge` with the heartbeats and a
+ * closes it, which stops them all. What the client has not read is bounded by `maxClientBufferBytes`
+ * (SEC-01: a client behind loses live frames, and its durable events are read from the log when it
+ * gets there). B9: a `Stream.merge` with the heartbeats and a
  * `Stream.interruptWhen` each cost ≈110 Effect operations per chunk of events, and a fiber copying
  * the gateway's stream ≈20 per publication; the body's queue costs a few.
  */
@@ -280,7 +286,7 @@ const eventStream = (
   closing: Deferred.Deferred<void>
 ) =>
   Stream.unwrapScoped(Effect.gen(function*() {
-    const body = yield* sseBody.make
+    const body = yield* sseBody.make(settings.maxClientBufferBytes)
     yield* body.offer(sse.retryFrame(1000))
     yield* into(id, from, body.sink(errorFrameOf))
     yield* Effect.forkScoped(sseBody.heartbeats(body, settings.heartbeat))
