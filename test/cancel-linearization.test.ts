@@ -294,6 +294,27 @@ describe("cancel linearization (SEC-11)", () => {
   )
 
   it.scoped(
+    "SEC-11 SES-02b a cancel whose splices cannot be written fails with the error, still interrupts the turn, and " +
+      "the input it could not discard is pending again; a later cancel discards it",
+    () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(script)
+        const agent = yield* runningAgent(h, "unwritten")
+        yield* agent.followup(msg("p"))
+        yield* h.writes.failNext(cancelsSomething)
+        const failed = yield* Effect.flip(agent.cancel({ kind: "user" }))
+        assert.strictEqual(failed._tag, "PersistenceError")
+        yield* agent.whenIdle
+        assert.deepStrictEqual(yield* agent.inbox.nextTurn, [msg("p")])
+        assert.deepStrictEqual(turnEnds(yield* agent.session.events), [{ kind: "aborted", cause: { kind: "user" } }])
+        yield* agent.cancel({ kind: "user" })
+        const log = yield* agent.session.events
+        assert.deepStrictEqual(idFates(log, yield* agent.inbox.nextTurn).get("p"), ["canceled"])
+        assert.deepStrictEqual(logViolations(log), [])
+      })
+  )
+
+  it.scoped(
     "SEC-11 DLV-06 300 rounds racing sends against a cancel held mid-way: input pending at its call is canceled " +
       "exactly once (kept with keepInbox), every send acknowledged after its call survives and, sent waking, runs " +
       "after the cancelled activity in a later turn",
