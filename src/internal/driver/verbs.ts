@@ -116,10 +116,10 @@ interface CancelCall {
  * SEC-11: a cancel's call, its linearization point, in one synchronous step. The input pending now
  * is discarded for every reader from here on (its splices are written next), the activity gets its
  * cause (first wins, CAN-04) so the claim guard and later sends see it at once (INB-06, DLV-06), and
- * its latch is reset: what was sent waking before stays parked; what is sent after is latched. A
- * transition under way (the state lock held, e.g. a send opening a turn) ends before any other:
- * the cancel applies to the activity it leaves too. Nothing waits for a lock, so no send that comes
- * later can get ahead of the cancel, and none is discarded by it.
+ * its latch is reset: what was sent waking before stays parked; what is sent after is latched. When
+ * a transition is under way (the state lock held, e.g. a send opening a turn), the cancel also
+ * applies to the activity that transition leaves, the moment it sets the phase. Nothing waits for a
+ * lock, so no send that comes later can get ahead of the cancel, and none is discarded by it.
  */
 const callCancel = (state: DriverState, cause: CancelCause, keepInbox: boolean): CancelCall => {
   const inbox = state.deps.inbox
