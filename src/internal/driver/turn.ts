@@ -121,6 +121,8 @@ const openStep = (state: DriverState, ctx: TurnContext, step: number) =>
 function* enterStep(state: DriverState, ctx: TurnContext, step: number) {
   const deps = state.deps
   const isCanceled = () => Option.isSome(state.cancelCell)
+  // a cancel was called (its interruption may still be on its way, SEC-11): no further step opens
+  if (isCanceled()) return yield* Effect.interrupt
   const peeked = yield* deps.inbox.peek(step === 1 ? "turn" : "step")
   const decision = yield* Effect.interruptible(
     deps.hooks.runPreStep({ agent: deps.agent(), turn: ctx.turn, step }, peeked)
