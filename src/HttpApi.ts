@@ -261,25 +261,39 @@ export class SessionCreated extends Schema.Class<SessionCreated>("SessionCreated
 ) {}
 
 /**
- * `GET /sessions` query: `limit` (1–1000, default 100) and `after` (the `next` of the previous page).
+ * A whole number in a query, written in decimal digits only (SEC-05: `1e3`, `0x10`, `1.5` and
+ * ` 7` are refused, not read as numbers).
+ */
+const DecimalInteger = Schema.String.pipe(
+  Schema.pattern(/^[0-9]{1,15}$/, {
+    message: (issue) => `expected a whole number in decimal digits, got ${JSON.stringify(issue.actual)}`
+  }),
+  Schema.compose(Schema.NumberFromString)
+)
+
+/**
+ * `GET /sessions` query: `limit` (1–1000, default 100), `after` (the `next` of the previous page)
+ * and `include=meta` for each session's `meta` (SEC-06: without it the entries carry none).
  *
  * @since 0.2.0
  * @category requests
  */
 export const ListParams = Schema.Struct({
-  limit: Schema.optionalWith(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)), { exact: true }),
-  after: Schema.optionalWith(Schema.String, { exact: true })
+  limit: Schema.optionalWith(DecimalInteger.pipe(Schema.between(1, 1000)), { exact: true }),
+  after: Schema.optionalWith(Schema.String, { exact: true }),
+  /** @since 0.3.0 */
+  include: Schema.optionalWith(Schema.Literal("meta"), { exact: true })
 })
 
 /**
  * `GET /sessions/:id/events` query: `from`, the first seq to send (default 0); a `Last-Event-ID`
- * header (the last seq the client saw) takes precedence.
+ * header (the last seq the client saw) takes precedence. Both are decimal digits (SEC-05).
  *
  * @since 0.2.0
  * @category requests
  */
 export const EventsParams = Schema.Struct({
-  from: Schema.optionalWith(Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative()), { exact: true })
+  from: Schema.optionalWith(DecimalInteger, { exact: true })
 })
 
 /**
@@ -384,6 +398,14 @@ export class Api extends HttpApi.make("effect-agent")
 export interface Options {
   /** The largest request body; a larger one is refused `413 PayloadTooLarge`. Default 1 MiB. */
   readonly maxBodyBytes?: number | undefined
+  /**
+   * SEC-06: the most of a session's `meta` (its UTF-8 JSON length) that `GET /sessions?include=meta`
+   * sends per entry; a larger `meta` is left out and the entry says `metaTruncated: true` (read it
+   * with `GET /sessions/:id`). Default 8 KiB.
+   *
+   * @since 0.3.0
+   */
+  readonly maxListMetaBytes?: number | undefined
   /** How often an event stream sends a comment line to keep proxies from closing it. Default 15 seconds. */
   readonly heartbeat?: Duration.DurationInput | undefined
   /** What `Retry-After` says with a 503 (host at capacity or closing). Default 5 seconds. */
