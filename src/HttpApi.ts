@@ -411,13 +411,17 @@ export interface Options {
   /** What `Retry-After` says with a 503 (host at capacity or closing). Default 5 seconds. */
   readonly retryAfter?: Duration.DurationInput | undefined
   /**
-   * Bearer authentication (HTTP-03): the principal a token names, or `None` (401). Without it every
-   * request is the principal `anonymous`.
+   * Bearer authentication (HTTP-03, SEC-04): the principal a token names, or `None` (401). Every
+   * route that reveals or changes a session asks it, the inspector's registry included; a request's
+   * body is read only after it answered. The token is what follows `Bearer` (in any case) and one
+   * space in the `Authorization` header; any other form is a 401. Without it every request is the
+   * principal `anonymous`.
    */
   readonly authenticate?: ((token: Redacted.Redacted) => Effect.Effect<Option.Option<Principal>>) | undefined
   /**
    * Whether `principal` may do `action` to the session (`undefined` for the listing as a whole; a
-   * listing shows only the sessions the principal may `read`). A refusal is 403 and changes nothing.
+   * listing, and the inspector's tree of live agents, show only the sessions the principal may
+   * `read`). A refusal is 403 and changes nothing.
    */
   readonly authorize?:
     | ((principal: Principal, sessionId: SessionId | undefined, action: Action) => Effect.Effect<boolean>)
@@ -425,8 +429,9 @@ export interface Options {
   /**
    * The inspector (INS-01): a page at `/inspector/` over this API (sessions, timelines, live events,
    * send/steer/cancel) and `GET /inspector/api/registry`, a read-only snapshot of the live agents of
-   * this process's `AgentRegistry` (answered with the same authentication as the sessions routes).
-   * On by default; `false` serves neither.
+   * this process's `AgentRegistry` (answered with the same authentication as the sessions routes, to
+   * principals that may `list`, each shown the agents it may `read`). On by default; `false` serves
+   * neither.
    */
   readonly inspector?: boolean | undefined
   /** CORS for browsers on other origins: off by default. */
@@ -438,9 +443,12 @@ export interface Options {
 }
 
 /**
- * The API's handlers over the `SessionGateway` of the context, with the body guard (413, malformed
- * JSON as a 400 problem), authentication, OpenAPI at `/openapi.json` and (when asked) CORS. Serve it
- * with `HttpApiBuilder.serve()` on a platform's `HttpServer`, or use {@link layerServer}.
+ * The API's handlers over the `SessionGateway` of the context, with the body guard (authentication
+ * before a body is read; 413; malformed or too deeply nested JSON and malformed URLs as 400
+ * problems), authentication, problem bodies for unknown routes (404) and for failures inside the
+ * server (500, without file paths or stacks: those go to the log at Error), OpenAPI at
+ * `/openapi.json` and (when asked) CORS. Serve it with `HttpApiBuilder.serve()` on a platform's
+ * `HttpServer`, or use {@link layerServer}.
  *
  * @since 0.2.0
  * @category layers
