@@ -183,11 +183,17 @@ describe("SEC-04 authorization everywhere", () => {
   it.scoped("SEC-04 the scheme is Bearer in any case and one space, parsed alike on every route: bearer x and BEARER x pass; Basic x, Bearerx, Bearer  x (two spaces) and Xearer x are 401", () =>
     Effect.gen(function*() {
       const store = yield* fileStore
-      const served = yield* serve(store, [], { http: { authenticate } })
+      let asked = 0
+      const counting = (token: Redacted.Redacted) => Effect.zipRight(Effect.sync(() => asked++), authenticate(token))
+      const served = yield* serve(store, [], { http: { authenticate: counting } })
       assert.strictEqual(
         (yield* request(`${served.url}/sessions/s`, { method: "PUT", body: { options: route }, headers: bearer("ops-token") })).status,
         201
       )
+      // one question per request: the body guard's answer is the route's (a body request is not asked twice)
+      assert.strictEqual(asked, 1)
+      assert.strictEqual((yield* request(`${served.url}/sessions/s`, { headers: bearer("ops-token") })).status, 200)
+      assert.strictEqual(asked, 2)
       const routes = [
         { method: "GET", path: "/sessions" },
         { method: "GET", path: "/sessions/s" },

@@ -37,7 +37,7 @@ import * as auth from "./httpAuth.js"
 import * as inspector from "./httpInspector.js"
 import * as problems from "./httpProblem.js"
 import * as sse from "./httpSse.js"
-import { nestsDeeperThan } from "./json.js"
+import { MAX_DEPTH, nestsDeeperThan } from "./json.js"
 import * as sseBody from "./sseBody.js"
 
 /** The options with their defaults. */
@@ -137,7 +137,7 @@ const parseBody = (text: string) =>
     }),
     (json) =>
       nestsDeeperThan(json)
-        ? Effect.fail(new InvalidRequest({ reason: "the request body nests deeper than 1000 levels" }))
+        ? Effect.fail(new InvalidRequest({ reason: `the request body nests deeper than ${MAX_DEPTH} levels` }))
         : Effect.succeed(json)
   )
 
