@@ -6,8 +6,8 @@
  *
  * @internal
  */
-import type { Cause, Either, Fiber, Queue } from "effect"
-import { Deferred, Effect, Exit, FiberId, FiberRef, Option } from "effect"
+import type { Either, Fiber, Queue } from "effect"
+import { Cause, Deferred, Effect, Exit, FiberId, FiberRef, Option } from "effect"
 import type { Agent, AgentOptions } from "../../Agent.js"
 import * as AgentError from "../../AgentError.js"
 import { AgentEvent, type AgentStatus } from "../../AgentEvent.js"
@@ -259,7 +259,11 @@ export const markBroken = (
 ): Effect.Effect<void> =>
   Effect.suspend(() => {
     if (Option.isNone(state.broken)) state.broken = Option.some(cause)
-    return state.deps.emit(AgentEvent.AgentError({
+    // SEC-03: the event says what happened in a short message; a defect itself goes to the log
+    const logged = defect === true
+      ? Effect.logError(`effect-agent: a background fiber of agent ${state.deps.id} died`, Cause.die(cause))
+      : Effect.void
+    return Effect.zipRight(logged, state.deps.emit(AgentEvent.AgentError({
       agent: state.deps.id,
       turn,
       error: defect === true
@@ -271,7 +275,7 @@ export const markBroken = (
           message: "a durable write failed; the agent takes no more input until it is resumed",
           code: "PERSISTENCE"
         }
-    }))
+    })))
   })
 
 /** Why the agent takes no input now (disposing, LIFE-01; or broken, SES-02b), if so. @internal */
