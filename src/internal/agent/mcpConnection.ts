@@ -5,7 +5,7 @@
  * Each connection lives in its own Scope inside the layer's, so the client is closed (a stdio child
  * ended) when the connection is lost or the layer is released. Tools stay listed while their server
  * is away; a call then fails `ToolUnavailable`. Elicitation requests are declined until the tool API
- * can ask a person (HIL-03).
+ * can ask a person.
  *
  * @internal
  */
