@@ -403,7 +403,8 @@ for (const [name, open] of stores) {
         assert.strictEqual(report.writer?.pid, alive.pid)
 
         expectCode(brokeDead, 0, "break-lock of a dead holder")
-        assert.include(brokeDead.stdout, "no longer running")
+        // a SQL lease may also have expired meanwhile on a loaded machine (30 s without renewal)
+        assert.match(brokeDead.stdout, /no longer running|lease expired/)
         assert.isFalse(yield* opened.hasLock(dead))
 
         const forced = yield* cli("sessions", "break-lock", live, ...flags, "--force")

@@ -210,12 +210,13 @@ const show = Command.make("show", { ...storeFlags, id: idArg }, ({ id, ...flags 
 const repairLines = (closers: ReadonlyArray<inspect.Closer>) =>
   closers.map((closer) => `  seq ${closer.seq} ${closer.type}: ${closer.description}`)
 
-/** What `repair` would write; while a live writer holds the session, only if that writer stopped now. */
+/**
+ * What `repair` would write. SEC-09: while a live writer holds the session nothing — a repair is
+ * refused, and the writer closes its own turn — so no closer is listed as if the turn were interrupted.
+ */
 const repairText = (report: inspect.Report, writer: Writer | undefined): string => {
-  if (report.repair.length === 0) return "nothing to write"
-  return writer?._tag === "Running"
-    ? `nothing while its writer runs; were it to stop now, a resume would write ${report.repair.length} event(s):`
-    : `would write ${report.repair.length} event(s):`
+  if (writer?._tag === "Running") return "nothing: its writer is running (a repair is refused until it stops)"
+  return report.repair.length === 0 ? "nothing to write" : `would write ${report.repair.length} event(s):`
 }
 
 const verifyText = (report: inspect.Report, lock: Option.Option<LockHolder>) => {
@@ -238,7 +239,8 @@ const verifyText = (report: inspect.Report, lock: Option.Option<LockHolder>) => 
       "resumed nowhere else while that process runs"
     : "ok: the session can be resumed"
   // the closers go under their row, before the lock
-  return [...lines.slice(0, 6), ...repairLines(report.repair), ...lines.slice(6), "", verdict].join("\n")
+  const closers = writer?._tag === "Running" ? [] : repairLines(report.repair)
+  return [...lines.slice(0, 6), ...closers, ...lines.slice(6), "", verdict].join("\n")
 }
 
 const verify = Command.make("verify", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
