@@ -13,8 +13,9 @@
  *   pending: { nextTurn: number, nextStep: number }, openTurn: boolean, eventCount: number, usage: Usage,
  *   createdAt: number, parentSession?: string, meta: Record<string, unknown>
  * }} SessionInfo
+ * @typedef {Omit<SessionInfo, "meta"> & { meta?: Record<string, unknown>, metaTruncated?: true }} SessionListEntry
  * @typedef {{ _tag: "UnreadableSession", id: string, problem: string }} UnreadableSession
- * @typedef {{ sessions: Array<SessionInfo | UnreadableSession>, next?: string }} SessionPage
+ * @typedef {{ sessions: Array<SessionListEntry | UnreadableSession>, next?: string }} SessionPage
  * @typedef {{ id: string, status: "idle" | "running", owner: string | null, initiator: string | null }} RegistryNode
  * @typedef {{ type: string, title: string, status: number, detail: string }} Problem
  * @typedef {{ seq: number, time: number, type: string, data: unknown }} DurableEvent
@@ -109,7 +110,12 @@ export const request = async (path, init = {}) => {
 const sessionPath = (id) => `sessions/${encodeURIComponent(id)}`
 
 export const api = {
-  /** @returns {Promise<SessionPage>} */
+  /**
+   * The sessions, without their `meta` (SEC-06: the list is polled; a session's meta is read with
+   * its summary when the page shows it).
+   *
+   * @returns {Promise<SessionPage>}
+   */
   list: async () => /** @type {SessionPage} */ (await request("sessions?limit=1000")),
   /** @param {string} id @returns {Promise<SessionInfo>} */
   summary: async (id) => /** @type {SessionInfo} */ (await request(sessionPath(id))),

@@ -11,6 +11,7 @@ import { Timeline, usageText } from "./timeline.js"
 
 /**
  * @typedef {import("./api.js").SessionInfo} SessionInfo
+ * @typedef {import("./api.js").SessionListEntry} SessionListEntry
  * @typedef {import("./api.js").UnreadableSession} UnreadableSession
  * @typedef {import("./api.js").RegistryNode} RegistryNode
  */
@@ -25,6 +26,7 @@ const elements = {
   detail: byId("detail", HTMLElement),
   title: byId("session-title", HTMLElement),
   summary: byId("session-summary", HTMLElement),
+  meta: byId("session-meta", HTMLElement),
   stream: byId("stream-state", HTMLElement),
   timeline: byId("timeline", HTMLElement),
   message: byId("message", HTMLTextAreaElement),
@@ -44,7 +46,7 @@ const state = {
   selected: undefined,
   /** @type {(() => void) | undefined} */
   stop: undefined,
-  /** @type {Map<string, SessionInfo>} */
+  /** @type {Map<string, SessionListEntry>} the list's entries (no meta), or a summary read since */
   sessions: new Map(),
   /** @type {"idle" | "running" | undefined} the status the live stream last reported */
   liveStatus: undefined
@@ -74,13 +76,13 @@ const notify = (what, kind = "error") => {
 // -------------------------------------------------------------------------------------------------
 // the sessions
 
-/** @param {SessionInfo} info */
+/** @param {SessionListEntry} info */
 const pendingText = (info) => {
   const { nextTurn, nextStep } = info.pending
   return nextTurn + nextStep === 0 ? "—" : `${nextTurn} turn · ${nextStep} step`
 }
 
-/** @param {SessionInfo | UnreadableSession} entry */
+/** @param {SessionListEntry | UnreadableSession} entry */
 const sessionRow = (entry) => {
   if (entry._tag === "UnreadableSession") {
     return h("tr", { class: "unreadable", "data-session-id": entry.id }, h("td", {}, entry.id), h("td", { colspan: 4 }, entry.problem))
@@ -163,7 +165,7 @@ const refreshRegistry = async () => {
 // -------------------------------------------------------------------------------------------------
 // the selected session
 
-/** @param {SessionInfo | undefined} info */
+/** @param {SessionListEntry | undefined} info */
 const showSummary = (info) => {
   if (info === undefined) return
   const status = state.liveStatus ?? info.status
@@ -175,6 +177,41 @@ const showSummary = (info) => {
     info.parentSession === undefined ? null : ` · forked from ${info.parentSession}`
   ])
 }
+
+/** The most of a session's meta the page shows (the summary carries all of it). */
+const META_CHARACTERS = 4000
+
+/**
+ * The selected session's `meta`, from its summary (SEC-06: the polled list carries none).
+ *
+ * @param {SessionInfo} info
+ */
+const showMeta = (info) => {
+  const text = JSON.stringify(info.meta, null, 2)
+  elements.meta.hidden = text === "{}"
+  replace(elements.meta, [
+    h("span", { class: "meta" }, "meta"),
+    h("pre", {}, text.length > META_CHARACTERS ? `${text.slice(0, META_CHARACTERS)}…` : text)
+  ])
+}
+
+/**
+ * Reads the selected session's summary (with its meta) and shows it.
+ *
+ * @param {string} id
+ */
+const loadSummary = (id) =>
+  api.summary(id).then(
+    (info) => {
+      state.sessions.set(id, info)
+      if (state.selected !== id) return
+      // newer than the last status the stream reported
+      state.liveStatus = undefined
+      showSummary(info)
+      showMeta(info)
+    },
+    (error) => notify(error)
+  )
 
 /** @type {ReturnType<typeof setTimeout> | undefined} */
 let summaryTimer
@@ -190,16 +227,7 @@ const refreshSummarySoon = (id) => {
   summaryTimer = setTimeout(() => {
     summaryTimer = undefined
     if (state.selected !== id) return
-    api.summary(id).then(
-      (info) => {
-        state.sessions.set(id, info)
-        if (state.selected !== id) return
-        // newer than the last status the stream reported
-        state.liveStatus = undefined
-        showSummary(info)
-      },
-      (error) => notify(error)
-    )
+    void loadSummary(id)
   }, 250)
 }
 
@@ -217,6 +245,8 @@ const select = (id) => {
     row.classList.toggle("selected", row.getAttribute("data-session-id") === id)
   }
   showSummary(state.sessions.get(id))
+  elements.meta.hidden = true
+  void loadSummary(id)
   state.stop = follow(id, {
     durable: (event) => {
       timeline.durable(event)

@@ -190,8 +190,10 @@ export interface Agent {
   /** next-step, never wakes. */
   readonly inject: (message: UserMessage) => Effect.Effect<void, AgentError.SendError>
   /**
-   * Cancels the current activity (and, unless `keepInbox`, the pending inbox). Returns once the
-   * canceled splices are durable and the interruption was requested.
+   * Cancels the current activity (and, unless `keepInbox`, the input pending at this call). It takes
+   * effect when called (SEC-11): input sent after the call is never discarded by it, and input sent
+   * waking after it runs once the cancelled activity has converged. Returns once the canceled splices
+   * are durable and the interruption was requested.
    */
   readonly cancel: (
     cause: Exclude<CancelCause, { readonly kind: "disposed" }>,

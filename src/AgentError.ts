@@ -229,6 +229,24 @@ export class DuplicateTool extends Schema.TaggedError<DuplicateTool>("effect-age
 }
 
 /**
+ * What a tool fails with when what it needs is out of reach for now, e.g. an MCP server that is
+ * down or being reconnected (MCP-02). The model sees an error result with the code
+ * `TOOL_UNAVAILABLE` and this message; the turn goes on.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class ToolUnavailable extends Schema.TaggedError<ToolUnavailable>("effect-agent/ToolUnavailable")(
+  "ToolUnavailable",
+  { tool: Schema.String, reason: Schema.String }
+) {
+  override get message(): string {
+    return `the tool ${JSON.stringify(this.tool)} is unavailable for now: ${this.reason}; ` +
+      "it may work again later: carry on without it or call it again later"
+  }
+}
+
+/**
  * @since 0.1.0
  * @category errors
  */
@@ -296,7 +314,9 @@ export class TeardownTimeout extends Schema.TaggedError<TeardownTimeout>("effect
  * - `NETWORK` (the connection failed or dropped),
  * - `TIMEOUT` (the request or the wait for the next chunk took too long),
  * - `CONTENT_FILTER` (the provider stopped the reply by its content policy),
- * - `NO_ROUTE` (no provider/model, or one the installed model does not serve).
+ * - `NO_ROUTE` (no provider/model, or one the installed model does not serve),
+ * - `OUTPUT_TOO_LARGE` (since 0.3.0: the provider sent an event, or a reply, over the adapter's
+ *   `maxEventBytes`; the request was stopped at once and is not retried, SEC-02).
  *
  * @since 0.2.0
  * @category errors
@@ -311,6 +331,7 @@ export type ModelErrorCode =
   | "TIMEOUT"
   | "CONTENT_FILTER"
   | "NO_ROUTE"
+  | "OUTPUT_TOO_LARGE"
 
 /**
  * The codes the loop retries on its own, with backoff (MOD-04): the same request may succeed
@@ -336,7 +357,9 @@ const modelErrorHints: Readonly<Record<string, string>> = {
   NETWORK: "the connection to the provider failed; check the base URL and the network",
   TIMEOUT: "the provider took too long; raise requestTimeout/idleTimeout or retry",
   CONTENT_FILTER: "the provider's content policy stopped the reply; rephrase the request",
-  NO_ROUTE: "set provider and model in the agent options to a route the installed Model serves"
+  NO_ROUTE: "set provider and model in the agent options to a route the installed Model serves",
+  OUTPUT_TOO_LARGE:
+    "the provider's reply was larger than the adapter accepts; ask for a shorter reply (maxTokens) or raise maxEventBytes"
 }
 
 /**

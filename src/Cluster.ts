@@ -73,7 +73,7 @@ export interface Options<R = never> {
   readonly maxIdleTime?: Duration.DurationInput | undefined
   /**
    * How long an activation keeps retrying while the session's previous runner still holds its
-   * lease (`SessionLocked`, PERS-06): at least the store's lease ttl. Default 60 seconds.
+   * lease (`SessionLocked`, PERS-01, PERS-05): at least the store's lease ttl. Default 60 seconds.
    */
   readonly leaseWait?: Duration.DurationInput | undefined
   /**

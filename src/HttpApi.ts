@@ -261,25 +261,39 @@ export class SessionCreated extends Schema.Class<SessionCreated>("SessionCreated
 ) {}
 
 /**
- * `GET /sessions` query: `limit` (1–1000, default 100) and `after` (the `next` of the previous page).
+ * A whole number in a query, written in decimal digits only (SEC-05: `1e3`, `0x10`, `1.5` and
+ * ` 7` are refused, not read as numbers).
+ */
+const DecimalInteger = Schema.String.pipe(
+  Schema.pattern(/^[0-9]{1,15}$/, {
+    message: (issue) => `expected a whole number in decimal digits, got ${JSON.stringify(issue.actual)}`
+  }),
+  Schema.compose(Schema.NumberFromString)
+)
+
+/**
+ * `GET /sessions` query: `limit` (1–1000, default 100), `after` (the `next` of the previous page)
+ * and `include=meta` for each session's `meta` (SEC-06: without it the entries carry none).
  *
  * @since 0.2.0
  * @category requests
  */
 export const ListParams = Schema.Struct({
-  limit: Schema.optionalWith(Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)), { exact: true }),
-  after: Schema.optionalWith(Schema.String, { exact: true })
+  limit: Schema.optionalWith(DecimalInteger.pipe(Schema.between(1, 1000)), { exact: true }),
+  after: Schema.optionalWith(Schema.String, { exact: true }),
+  /** @since 0.3.0 */
+  include: Schema.optionalWith(Schema.Literal("meta"), { exact: true })
 })
 
 /**
  * `GET /sessions/:id/events` query: `from`, the first seq to send (default 0); a `Last-Event-ID`
- * header (the last seq the client saw) takes precedence.
+ * header (the last seq the client saw) takes precedence. Both are decimal digits (SEC-05).
  *
  * @since 0.2.0
  * @category requests
  */
 export const EventsParams = Schema.Struct({
-  from: Schema.optionalWith(Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative()), { exact: true })
+  from: Schema.optionalWith(DecimalInteger, { exact: true })
 })
 
 /**
@@ -376,7 +390,7 @@ export class Api extends HttpApi.make("effect-agent")
 
 /**
  * The server's options. Every field has a default: no authentication, every request authorized,
- * 1 MiB bodies, a heartbeat every 15 seconds, CORS off.
+ * 1 MiB bodies, 1 MiB unread per event-stream client, a heartbeat every 15 seconds, CORS off.
  *
  * @since 0.2.0
  * @category options
@@ -384,18 +398,39 @@ export class Api extends HttpApi.make("effect-agent")
 export interface Options {
   /** The largest request body; a larger one is refused `413 PayloadTooLarge`. Default 1 MiB. */
   readonly maxBodyBytes?: number | undefined
+  /**
+   * The most an event-stream client may have unread on the server (SEC-01): the frames waiting for it
+   * and the last write the socket has not flushed. A client over it gets no live events until it has
+   * caught up, and its durable events are read again from the session's log when it reads: none is
+   * lost or sent twice, and a stalled client holds no more than this. Default 1 MiB.
+   *
+   * @since 0.3.0
+   */
+  readonly maxClientBufferBytes?: number | undefined
+  /**
+   * SEC-06: the most of a session's `meta` (its UTF-8 JSON length) that `GET /sessions?include=meta`
+   * sends per entry; a larger `meta` is left out and the entry says `metaTruncated: true` (read it
+   * with `GET /sessions/:id`). Default 8 KiB.
+   *
+   * @since 0.3.0
+   */
+  readonly maxListMetaBytes?: number | undefined
   /** How often an event stream sends a comment line to keep proxies from closing it. Default 15 seconds. */
   readonly heartbeat?: Duration.DurationInput | undefined
   /** What `Retry-After` says with a 503 (host at capacity or closing). Default 5 seconds. */
   readonly retryAfter?: Duration.DurationInput | undefined
   /**
-   * Bearer authentication (HTTP-03): the principal a token names, or `None` (401). Without it every
-   * request is the principal `anonymous`.
+   * Bearer authentication (HTTP-03, SEC-04): the principal a token names, or `None` (401). Every
+   * route that reveals or changes a session asks it, the inspector's registry included; a request's
+   * body is read only after it answered. The token is what follows `Bearer` (in any case) and one
+   * space in the `Authorization` header; any other form is a 401. Without it every request is the
+   * principal `anonymous`.
    */
   readonly authenticate?: ((token: Redacted.Redacted) => Effect.Effect<Option.Option<Principal>>) | undefined
   /**
    * Whether `principal` may do `action` to the session (`undefined` for the listing as a whole; a
-   * listing shows only the sessions the principal may `read`). A refusal is 403 and changes nothing.
+   * listing, and the inspector's tree of live agents, show only the sessions the principal may
+   * `read`). A refusal is 403 and changes nothing.
    */
   readonly authorize?:
     | ((principal: Principal, sessionId: SessionId | undefined, action: Action) => Effect.Effect<boolean>)
@@ -403,8 +438,9 @@ export interface Options {
   /**
    * The inspector (INS-01): a page at `/inspector/` over this API (sessions, timelines, live events,
    * send/steer/cancel) and `GET /inspector/api/registry`, a read-only snapshot of the live agents of
-   * this process's `AgentRegistry` (answered with the same authentication as the sessions routes).
-   * On by default; `false` serves neither.
+   * this process's `AgentRegistry` (answered with the same authentication as the sessions routes, to
+   * principals that may `list`, each shown the agents it may `read`). On by default; `false` serves
+   * neither.
    */
   readonly inspector?: boolean | undefined
   /** CORS for browsers on other origins: off by default. */
@@ -416,9 +452,12 @@ export interface Options {
 }
 
 /**
- * The API's handlers over the `SessionGateway` of the context, with the body guard (413, malformed
- * JSON as a 400 problem), authentication, OpenAPI at `/openapi.json` and (when asked) CORS. Serve it
- * with `HttpApiBuilder.serve()` on a platform's `HttpServer`, or use {@link layerServer}.
+ * The API's handlers over the `SessionGateway` of the context, with the body guard (authentication
+ * before a body is read; 413; malformed or too deeply nested JSON and malformed URLs as 400
+ * problems), authentication, problem bodies for unknown routes (404) and for failures inside the
+ * server (500, without file paths or stacks: those go to the log at Error), OpenAPI at
+ * `/openapi.json` and (when asked) CORS. Serve it with `HttpApiBuilder.serve()` on a platform's
+ * `HttpServer`, or use {@link layerServer}.
  *
  * @since 0.2.0
  * @category layers

@@ -28,14 +28,14 @@ import type { HttpClient } from "@effect/platform"
 import { HttpClient as Client } from "@effect/platform"
 import type { Response } from "@effect/ai"
 import { AiError, LanguageModel } from "@effect/ai"
-import type { ConfigError } from "effect"
-import { Config, Duration, Effect, Layer, Option, Redacted, Stream } from "effect"
+import { Config, ConfigError, Duration, Effect, Layer, Option, Redacted, Stream } from "effect"
 import { ModelError, RouteRefused } from "./AgentError.js"
 import * as anthropicMessages from "./internal/anthropicMessages.js"
 import * as adapter from "./internal/languageModel.js"
 import * as openAiChat from "./internal/openAiChat.js"
 import type { RequestWatch, Timeouts } from "./internal/modelTimeouts.js"
 import * as providerHttp from "./internal/providerHttp.js"
+import * as providerOutput from "./internal/providerOutput.js"
 import { collectParts, PartsSink, sseStream } from "./internal/wireParts.js"
 import type { ReplySink, SseReply, WireOptions } from "./internal/wireParts.js"
 import { Model } from "./Model.js"
@@ -72,12 +72,40 @@ export interface AdapterOptions {
    * `InvalidAgentOptions` (PKG-06). Unset: any model name is accepted and the provider judges it.
    */
   readonly models?: ReadonlyArray<string> | undefined
+  /**
+   * The most a provider may send, in UTF-8 bytes, of one SSE event (counted while it arrives: a
+   * line that never ends is stopped when it passes the limit) and of one reply's assistant message
+   * (its text, reasoning and tool calls, counted delta by delta). Past it the request is aborted at
+   * once and fails `ModelError{code: "OUTPUT_TOO_LARGE"}`, which the loop does not retry (SEC-02).
+   * Default 16 MiB, the session log's own `maxEventBytes` (a larger message could not be stored).
+   * A positive integer of at most 256 MiB (a string of more could reach V8's limit); anything else
+   * fails the layer with a `ConfigError`.
+   *
+   * @since 0.3.0
+   */
+  readonly maxEventBytes?: number | undefined
+  /**
+   * The longest wait a provider's `Retry-After` or `retry-after-ms` header may ask for: a longer
+   * one waits this long, and so does a value that is not a finite number (SEC-02). Default 60
+   * seconds. A finite duration; anything else fails the layer with a `ConfigError`.
+   *
+   * @since 0.3.0
+   */
+  readonly maxRetryDelay?: Duration.DurationInput | undefined
 }
 
 const timeoutsOf = (options: AdapterOptions | undefined): Timeouts => ({
   requestTimeout: Duration.decode(options?.requestTimeout ?? Duration.minutes(10)),
   idleTimeout: Duration.decode(options?.idleTimeout ?? Duration.minutes(2))
 })
+
+/** The limits of the options (SEC-02), or the `ConfigError` of a bad one. */
+const limitsOf = (
+  options: AdapterOptions | undefined
+): Effect.Effect<providerOutput.Limits, ConfigError.ConfigError> => {
+  const limits = providerOutput.limitsOf(options ?? {})
+  return typeof limits === "string" ? Effect.fail(ConfigError.InvalidData([], limits)) : Effect.succeed(limits)
+}
 
 const validatorOf = (models: ReadonlyArray<string> | undefined) =>
   models === undefined ? {} : {
@@ -96,15 +124,29 @@ const validatorOf = (models: ReadonlyArray<string> | undefined) =>
  * (system, user, assistant with tool calls, tool results) and its tools as `@effect/ai` tools
  * carrying the JSON Schema the log records; tool calls are not resolved by `@effect/ai` (the loop
  * runs tools); text and reasoning deltas stream as they arrive; failures are `ModelError` codes
- * (MOD-04); the request and idle timeouts fail `TIMEOUT`.
+ * (MOD-04); the request and idle timeouts fail `TIMEOUT`; a reply over `maxEventBytes` fails
+ * `OUTPUT_TOO_LARGE` (SEC-02: what the provider package holds while it parses is its own).
+ *
+ * Throws when `maxEventBytes` or `maxRetryDelay` is invalid ({@link layer} fails with a
+ * `ConfigError` instead).
  *
  * @since 0.2.0
  * @category constructors
  */
 export const make = (model: LanguageModel.Service, options?: AdapterOptions | undefined): Model["Type"] => {
+  const limits = providerOutput.limitsOf(options ?? {})
+  if (typeof limits === "string") throw new Error(`LanguageModelAdapter.make: ${limits}`)
+  return makeWith(model, limits, options)
+}
+
+const makeWith = (
+  model: LanguageModel.Service,
+  limits: providerOutput.Limits,
+  options: AdapterOptions | undefined
+): Model["Type"] => {
   const timeouts = timeoutsOf(options)
   return Model.of({
-    stream: (request) => adapter.streamOf(model, request, timeouts),
+    stream: (request) => adapter.streamOf(model, request, timeouts, limits),
     ...validatorOf(options?.models)
   })
 }
@@ -125,16 +167,22 @@ export const make = (model: LanguageModel.Service, options?: AdapterOptions | un
  * @since 0.2.0
  * @category layers
  */
-export const layer = (options?: AdapterOptions | undefined): Layer.Layer<Model, never, LanguageModel.LanguageModel> =>
-  Layer.effect(Model, Effect.map(LanguageModel.LanguageModel, (model) => make(model, options)))
+export const layer = (
+  options?: AdapterOptions | undefined
+): Layer.Layer<Model, ConfigError.ConfigError, LanguageModel.LanguageModel> =>
+  Layer.effect(
+    Model,
+    Effect.zipWith(limitsOf(options), LanguageModel.LanguageModel, (limits, model) => makeWith(model, limits, options))
+  )
 
-/** How one of our wire models reaches its provider. */
+/** How one of our wire models reaches its provider, and what it accepts from it (SEC-02). */
 interface WireConfig {
   readonly provider: string
   readonly url: string
   readonly headers: Readonly<Record<string, string>>
   readonly secret: Redacted.Redacted | undefined
   readonly model: string | undefined
+  readonly limits: providerOutput.Limits
 }
 
 const toAiError = (method: string) => (error: ModelError): AiError.AiError =>
@@ -143,7 +191,7 @@ const toAiError = (method: string) => (error: ModelError): AiError.AiError =>
 /** One wire protocol: the JSON body of a request, and the state of one streamed reply. */
 interface WireProtocol {
   readonly body: (options: WireOptions, model: string, maxTokens: number | undefined) => unknown
-  readonly reply: (provider: string) => SseReply
+  readonly reply: (provider: string, budget: providerOutput.OutputBudget) => SseReply
 }
 
 /** One streaming request over a wire protocol (its model and token limit), built by the caller's sink. */
@@ -177,9 +225,14 @@ const wireRequest = (
         url: config.url,
         headers: config.headers,
         secret: config.secret,
-        body: protocol.body(options, model, maxTokens)
+        body: protocol.body(options, model, maxTokens),
+        maxRetryDelay: config.limits.maxRetryDelay
       }, watch)
-      return sseStream({ open, dropped, redact, watch }, () => protocol.reply(config.provider), sink)
+      return sseStream(
+        { provider: config.provider, maxEventBytes: config.limits.maxEventBytes, open, dropped, redact, watch },
+        (budget) => protocol.reply(config.provider, budget),
+        sink
+      )
     }
   })
 
@@ -276,7 +329,8 @@ const openAiConfig = (options: OpenAiOptions) =>
         ...(apiKey !== undefined ? { authorization: `Bearer ${Redacted.value(apiKey)}` } : {})
       },
       secret: apiKey,
-      model: options.model
+      model: options.model,
+      limits: yield* limitsOf(options)
     }
     return config
   })
@@ -367,7 +421,8 @@ const anthropicConfig = (options: AnthropicOptions) =>
         ...(apiKey !== undefined ? { "x-api-key": Redacted.value(apiKey) } : {})
       },
       secret: apiKey,
-      model: options.model
+      model: options.model,
+      limits: yield* limitsOf(options)
     }
     return config
   })

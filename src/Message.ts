@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { Either, ParseResult, Schema } from "effect"
+import { Either, Schema } from "effect"
 import { deepFreeze } from "./internal/json.js"
 
 /**
@@ -53,11 +53,19 @@ const decodeSessionId = Schema.decodeUnknownEither(SessionId)
  * @category ids
  */
 export const sessionId = (id: unknown): Either.Either<SessionId, InvalidSessionId> =>
-  Either.mapLeft(decodeSessionId(id), (error) =>
-    new InvalidSessionId({
-      id: typeof id === "string" ? id : String(id),
-      reason: ParseResult.TreeFormatter.formatErrorSync(error)
-    }))
+  Either.mapLeft(decodeSessionId(id), () =>
+    new InvalidSessionId({ id: typeof id === "string" ? id : String(id), reason: whyNotSessionId(id) }))
+
+/** What is wrong with an id, in plain words (SEC-03: not the schema's rendering of its pattern). */
+const whyNotSessionId = (id: unknown): string => {
+  if (typeof id !== "string") return `it is ${id === null ? "null" : `a ${typeof id}`}, not a string`
+  if (id.length === 0) return "it is empty"
+  if (id.length > 128) return `it is ${id.length} characters long, over 128`
+  const bad = /[^A-Za-z0-9._-]/.exec(id)
+  if (bad !== null) return `it contains ${JSON.stringify(bad[0])}`
+  if (!/^[A-Za-z0-9]/.test(id)) return `it starts with ${JSON.stringify(id[0])}`
+  return "it contains \"..\""
+}
 
 /**
  * The id of a message: a non-empty string of at most 256 characters (ID-02). A `MessageId` is

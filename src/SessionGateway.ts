@@ -7,18 +7,19 @@
  *
  * @since 0.2.0
  */
-import type { Effect, Stream } from "effect"
+import type { Effect, SchemaAST, Stream } from "effect"
 import { Context, Layer, ParseResult, Schema } from "effect"
 import * as AgentError from "./AgentError.js"
 import * as AgentHost from "./AgentHost.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
 import * as codec from "./internal/eventCodec.js"
 import * as internal from "./internal/gatewayHost.js"
+import * as json from "./internal/json.js"
 import { ContentPart, InvalidSessionId, MessageId, SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent as SessionEventType } from "./SessionEvent.js"
 import type { InboxTarget } from "./SessionEvent.js"
-import type { JsonRecord, JsonValue } from "./SessionEvent.js"
+import type { JsonRecord } from "./SessionEvent.js"
 import { Usage } from "./SessionEvent.js"
 
 // -------------------------------------------------------------------------------------------------
@@ -197,21 +198,29 @@ export type GatewayError = typeof GatewayError.Type
 // -------------------------------------------------------------------------------------------------
 // requests
 
-/** A JSON value, named for OpenAPI (a recursive schema needs an identifier there). */
-const Json: Schema.Schema<JsonValue> = Schema.suspend((): Schema.Schema<JsonValue> =>
-  Schema.Union(
-    Schema.Null,
-    Schema.Boolean,
-    Schema.Number.pipe(Schema.finite()),
-    Schema.String,
-    Schema.Array(Json),
-    Schema.Record({ key: Schema.String, value: Json })
-  )
-).annotations({ identifier: "JsonValue" })
+/**
+ * A header's `meta` as the log's own codec takes it (EVT-03): a JSON object, checked and copied by
+ * `snapshot` instead of being rebuilt key by key, so a `__proto__` key stays a key of the data and
+ * never becomes the object's prototype (DUR-03), and nesting past DUR-10's limit is refused without
+ * recursing through it.
+ */
+const metaOf = (input: unknown, ast: SchemaAST.AST): Effect.Effect<JsonRecord, ParseResult.ParseIssue> => {
+  if (typeof input !== "object" || input === null || Array.isArray(input)) {
+    return ParseResult.fail(new ParseResult.Type(ast, input, "expected a JSON object"))
+  }
+  const copy = json.snapshot(input)
+  if (copy._tag === "Right") return ParseResult.succeed(copy.value as JsonRecord)
+  const where = copy.problem.path === "$" ? "" : `at ${copy.problem.path.slice(1).replace(/^\./, "")}: `
+  return ParseResult.fail(new ParseResult.Type(ast, input, `${where}${copy.problem.reason}`))
+}
 
-/** A header's `meta`: a JSON object (EVT-03). */
-const Meta: Schema.Schema<JsonRecord> = Schema.Record({ key: Schema.String, value: Json }).annotations({
-  identifier: "JsonRecord"
+const Meta: Schema.Schema<JsonRecord> = Schema.declare([], {
+  decode: () => (input, _options, ast) => metaOf(input, ast),
+  encode: () => (input, _options, ast) => metaOf(input, ast)
+}, {
+  identifier: "JsonRecord",
+  description: "a JSON object",
+  jsonSchema: { type: "object", additionalProperties: true }
 })
 
 /**
@@ -323,14 +332,28 @@ export type ForkRequest = typeof ForkRequest.Type
 
 /**
  * A page of the listing: at most `limit` sessions (default 100, at most 1,000) whose ids sort after
- * `after` (the `next` of the previous page).
+ * `after` (the `next` of the previous page); their `meta` only with `includeMeta` (SEC-06).
  *
  * @since 0.2.0
  * @category requests
  */
 export const ListRequest = Schema.Struct({
   limit: Schema.optionalWith(Schema.Int.pipe(Schema.between(1, 1000)), { exact: true }),
-  after: Schema.optionalWith(Schema.String, { exact: true })
+  after: Schema.optionalWith(Schema.String, { exact: true }),
+  /**
+   * SEC-06: whether the entries carry each session's `meta` (default false: a listing stays small
+   * whatever the sessions' headers hold).
+   *
+   * @since 0.3.0
+   */
+  includeMeta: Schema.optionalWith(Schema.Boolean, { exact: true }),
+  /**
+   * SEC-06: with `includeMeta`, the most of one session's `meta` an entry carries (its UTF-8 JSON
+   * length); a larger one is left out and the entry says `metaTruncated: true`. Default 8 KiB.
+   *
+   * @since 0.3.0
+   */
+  maxMetaBytes: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
 }).annotations({ identifier: "ListRequest" })
 
 /**
@@ -400,13 +423,34 @@ export const UnreadableSession = Schema.TaggedStruct("UnreadableSession", {
 export type UnreadableSession = typeof UnreadableSession.Type
 
 /**
+ * A session as a listing shows it (SEC-06): its summary, with `meta` only when the listing was
+ * asked for it (`includeMeta`, `?include=meta`) and it fits the listing's limit; a `meta` left out
+ * for its size is flagged `metaTruncated: true` (read it with `summary` / `GET /sessions/:id`).
+ * Tagged `SessionInfo` like the summary it comes from.
+ *
+ * @since 0.3.0
+ * @category results
+ */
+export const SessionListEntry = Schema.Struct({
+  ...SessionInfo.fields,
+  meta: Schema.optionalWith(Meta, { exact: true }),
+  metaTruncated: Schema.optionalWith(Schema.Literal(true), { exact: true })
+}).annotations({ identifier: "SessionListEntry" })
+
+/**
+ * @since 0.3.0
+ * @category results
+ */
+export type SessionListEntry = typeof SessionListEntry.Type
+
+/**
  * A page of sessions, in id order; `next` is the `after` of the next page, absent on the last one.
  *
  * @since 0.2.0
  * @category results
  */
 export const SessionPage = Schema.Struct({
-  sessions: Schema.Array(Schema.Union(SessionInfo, UnreadableSession)),
+  sessions: Schema.Array(Schema.Union(SessionListEntry, UnreadableSession)),
   next: Schema.optionalWith(Schema.String, { exact: true })
 }).annotations({ identifier: "SessionPage" })
 

@@ -15,6 +15,7 @@ import * as options_ from "./internal/options.js"
 import * as tools from "./internal/tools.js"
 import type { ContentPart, UserMessage } from "./Message.js"
 import type { ToolSchema } from "./Model.js"
+import type { JsonRecord } from "./SessionEvent.js"
 
 /**
  * What a tool returns. `concludesTurn` ends the turn after this step unless next-step input is
@@ -60,6 +61,14 @@ export interface Tool<Fields extends Schema.Struct.Fields, E = never, R = never>
    * @since 0.2.0
    */
   readonly timeout?: Duration.Duration | undefined
+  /**
+   * The JSON Schema the model sees for the parameters, when it is not the one derived from
+   * `parameters` (MCP-01: an MCP server's own schema, given as is; the server validates the
+   * arguments). Arguments are still decoded with `parameters`.
+   *
+   * @since 0.3.0
+   */
+  readonly jsonSchema?: JsonRecord | undefined
 }
 
 /**
@@ -76,6 +85,8 @@ export interface Any {
   readonly run: (args: any, context: ToolContext) => Effect.Effect<ToolResult, unknown>
   /** @since 0.2.0 */
   readonly timeout?: Duration.Duration | undefined
+  /** @since 0.3.0 */
+  readonly jsonSchema?: JsonRecord | undefined
 }
 
 /**
@@ -190,9 +201,10 @@ export const text = (
 })
 
 /**
- * A tool as the model sees it: `jsonSchema` is `JSONSchema.make(tool.parameters)` as plain frozen
- * JSON without `$schema` (a tool without parameters gets `{type: "object", properties: {},
- * required: []}`). Memoized per parameters schema, so a request's JSON form is stable.
+ * A tool as the model sees it: `jsonSchema` is the tool's own `jsonSchema` when it has one (MCP
+ * tools), else `JSONSchema.make(tool.parameters)` as plain frozen JSON without `$schema` (a tool
+ * without parameters gets `{type: "object", properties: {}, required: []}`). Memoized per
+ * parameters schema, so a request's JSON form is stable.
  *
  * @since 0.1.0
  * @category schema

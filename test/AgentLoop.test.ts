@@ -855,7 +855,7 @@ describe("AgentLoop fork (FORK-01)", () => {
 
 describe("AgentLoop teardown (LIFE)", () => {
   it.scoped(
-    "LIFE-01 LIFE-06 teardown order: stop (turn aborted {disposed}) → agent Scope closed → AgentDisposed → SessionDisposed → writer released; the inbox is kept",
+    "LIFE-01 LIFE-06 CORE-02 teardown order: stop (turn aborted {disposed}) → agent Scope closed → AgentDisposed → SessionDisposed → writer released; the inbox is kept",
     () =>
       Effect.gen(function*() {
         const storage = yield* SessionPersistenceModule.makeMemoryStorage

@@ -204,6 +204,31 @@ if (url === undefined) {
         assert.deepStrictEqual(rest.sessions.map((entry) => entry.id), ["list-c"])
         assert.isTrue(yield* gateway.ready)
       }))
+
+    it.effect("SEC-06 the cluster gateway lists like the host's: no meta unless includeMeta, a meta over maxMetaBytes flagged metaTruncated; DUR-03 a __proto__ key of a meta crosses the wire as data", () =>
+      Effect.gen(function*() {
+        const gateway = yield* SessionGateway
+        const proto = JSON.parse("{\"__proto__\":{\"polluted\":true}}") as Record<string, never>
+        yield* gateway.create("sec06-a", { options, meta: { title: "small" } })
+        yield* gateway.create("sec06-b", { options, meta: { notes: "n".repeat(200) } })
+        yield* gateway.create("sec06-c", { options, meta: proto })
+        const page = { limit: 3, after: "sec06-" }
+        const plain = yield* gateway.list(page)
+        assert.deepStrictEqual(plain.sessions.map((entry) => entry.id), ["sec06-a", "sec06-b", "sec06-c"])
+        assert.isTrue(plain.sessions.every((entry) => !("meta" in entry) && !("metaTruncated" in entry)))
+        const withMeta = yield* gateway.list({ ...page, includeMeta: true, maxMetaBytes: 100 })
+        const shown = withMeta.sessions.map((entry) =>
+          entry._tag === "SessionInfo" ? [entry.meta === undefined ? undefined : JSON.stringify(entry.meta), entry.metaTruncated] : []
+        )
+        assert.deepStrictEqual(shown, [
+          ["{\"title\":\"small\"}", undefined],
+          [undefined, true],
+          ["{\"__proto__\":{\"polluted\":true}}", undefined]
+        ])
+        const stored = (yield* gateway.summary("sec06-c")).meta
+        assert.isTrue(Object.hasOwn(stored, "__proto__"))
+        assert.strictEqual(Object.getPrototypeOf(stored), Object.prototype)
+      }))
   })
 
   layer(inProcess.layer(url, { maxIdleTime: "1 second" }), { timeout: 120_000, excludeTestServices: true })("Cluster passivation", (it) => {

@@ -50,15 +50,17 @@ const assertSound = (summary: ChaosSummary) => {
 
 describe("crash consistency (DUR-13)", () => {
   it.live(
-    "DUR-13 DUR-06 DUR-12 files: 60 SIGKILL cycles (inside lock takeovers, repairs and 1 MiB appends) " +
-      "lose no acknowledged input, enter none twice, leave balanced turns and every session resumable",
+    "DUR-13 DUR-06 DUR-12 SEC-11 files: 60 SIGKILL cycles (inside lock takeovers, repairs and 1 MiB appends; " +
+      "sends racing cancels) lose no acknowledged input, enter none twice, leave balanced turns and every session " +
+      "resumable",
     () => Effect.map(chaos("file"), assertSound),
     600_000
   )
 
   it.live(
-    "DUR-13 DUR-12 SQLite: 60 SIGKILL cycles (inside lease takeovers, repairs and 1 MiB appends) " +
-      "lose no acknowledged input, enter none twice, leave balanced turns and every session resumable",
+    "DUR-13 DUR-12 SEC-11 SQLite: 60 SIGKILL cycles (inside lease takeovers, repairs and 1 MiB appends; " +
+      "sends racing cancels) lose no acknowledged input, enter none twice, leave balanced turns and every session " +
+      "resumable",
     () => Effect.map(chaos("sqlite"), assertSound),
     600_000
   )

@@ -7,12 +7,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Deferred, Effect, Exit, Fiber, Option, Stream } from "effect"
 import type { Agent } from "../src/Agent.js"
 import { AgentEvent } from "../src/AgentEvent.js"
-import { durableAndLive } from "../src/internal/durableAndLive.js"
+import { durableAndLive, eventsInto } from "../src/internal/durableAndLive.js"
 import type { DurableSink } from "../src/internal/hostEvents.js"
 import * as sseBody from "../src/internal/sseBody.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
 import type { StreamEvent } from "../src/SessionGateway.js"
 import { makeStubAgent } from "./fixtures/stubAgent.js"
+import { allSuspended, eventually } from "./fixtures/waiting.js"
 
 const decoder = new TextDecoder()
 
@@ -58,7 +59,7 @@ describe("durableAndLive and the SSE body", () => {
       const stub = yield* makeStubAgent("body-order")
       const first = yield* stub.session.append({ type: "test/note", data: 1 })
       const second = yield* stub.session.append({ type: "test/note", data: 2 })
-      const body = yield* sseBody.make
+      const body = yield* sseBody.make(sseBody.DEFAULT_MAX_BYTES)
       const sink = body.sink(() => Effect.succeed("event: error\ndata: {}\n\n"))
       sink.live(delta(stub, "a"))
       sink.live(delta(stub, "b"))
@@ -75,28 +76,104 @@ describe("durableAndLive and the SSE body", () => {
       assert.deepStrictEqual(names, ["a", "b", "durable id: 0", "c", "heartbeat", "d", "durable id: 1"])
     }))
 
-  it.scoped("HTTP-01 a stalled client: live frames past the limit are dropped, durable frames wait for room and none is lost", () =>
+  it.scoped("SEC-01 a stalled client: the body holds at most its limit; live frames past it are dropped, durable frames wait for room and none is lost", () =>
     Effect.gen(function*() {
       const stub = yield* makeStubAgent("body-stalled")
-      const event = yield* stub.session.append({ type: "test/note", data: 1 })
-      const body = yield* sseBody.make
+      const limit = 64 * 1024
+      const big = "x".repeat(4 * 1024)
+      const events: Array<SessionEvent> = []
+      for (let i = 0; i < 50; i++) events.push(yield* stub.session.append({ type: "test/note", data: `${i} ${big}` }))
+      const body = yield* sseBody.make(limit)
       const sink = body.sink(() => Effect.succeed("event: error\ndata: {}\n\n"))
-      // nobody reads: 100 live frames of 64 KB, more than LIVE_LIMIT (4 MB) of them
-      const big = "x".repeat(64 * 1024)
+      // nobody reads: 100 live frames of 4 KB, six times the limit
       for (let i = 0; i < 100; i++) sink.live(delta(stub, `${i} ${big}`))
-      // more durable pieces than the queue holds: the writer waits for room
-      const durables = 2 * sseBody.CAPACITY
+      // the durable events do not fit: the writer waits for room, and live frames are dropped meanwhile
       const writer = yield* Effect.fork(Effect.gen(function*() {
-        for (let i = 0; i < durables; i++) yield* sink.durable(Chunk.of(durableOf(event)))
+        for (const event of events) yield* sink.durable(Chunk.of(durableOf(event)))
         yield* sink.end(Exit.void)
       }))
+      yield* eventually(allSuspended([writer]))
+      sink.live(delta(stub, "while the writer waits"))
+      yield* body.heartbeat
       const frames = yield* framesOf(body)
       yield* Fiber.join(writer)
       const live = frames.filter((frame) => frame.includes("event: live"))
-      assert.strictEqual(frames.filter((frame) => frame.includes("event: durable")).length, durables)
+      const durable = frames.filter((frame) => frame.includes("event: durable"))
+      assert.deepStrictEqual(durable.map((frame) => frame.split("\n")[0]), events.map((event) => `id: ${event.seq}`))
+      assert.isFalse(frames.some((frame) => frame.startsWith(":")), "no heartbeat while the client is behind")
+      assert.isAbove(live.length, 0)
       assert.isBelow(live.length, 100)
-      assert.isAtLeast(live.length * big.length, sseBody.LIVE_LIMIT)
+      assert.isAtMost(live.reduce((size, frame) => size + frame.length + 2, 0), limit)
       // the ones kept are the first ones, in order
-      assert.deepStrictEqual(live.map((frame) => Number(JSON.parse(frame.split("data: ")[1]!).text.split(" ")[0])), live.map((_, i) => i))
+      assert.deepStrictEqual(
+        live.map((frame) => Number(JSON.parse(frame.split("data: ")[1]!).text.split(" ")[0])),
+        live.map((_, i) => i)
+      )
+    }))
+
+  it.scoped("SEC-01 a write the server has not flushed counts until the next pull; a frame larger than the limit goes alone", () =>
+    Effect.gen(function*() {
+      const stub = yield* makeStubAgent("body-in-flight")
+      const limit = 1024
+      const large = yield* stub.session.append({ type: "test/note", data: "y".repeat(4 * limit) })
+      const small = yield* stub.session.append({ type: "test/note", data: 1 })
+      const body = yield* sseBody.make(limit)
+      const sink = body.sink(() => Effect.succeed("event: error\ndata: {}\n\n"))
+      const pull = yield* Stream.toPull(body.bytes)
+      // nothing is held: the large frame goes alone, over the limit
+      assert.isTrue(sink.tryDurable(Chunk.of(durableOf(large))))
+      const first = yield* pull
+      assert.include(decoder.decode(Chunk.unsafeHead(first)), `id: ${large.seq}\n`)
+      // handed to the server and not flushed yet: no room for anything until the server pulls again
+      sink.live(delta(stub, "dropped"))
+      assert.isFalse(sink.tryDurable(Chunk.of(durableOf(small))))
+      const writer = yield* Effect.fork(sink.durable(Chunk.of(durableOf(small))))
+      yield* eventually(allSuspended([writer]))
+      // the next pull says the write is out: the waiting writer goes on, and its frame is the next one
+      const second = yield* pull
+      yield* Fiber.join(writer)
+      const text = decoder.decode(Chunk.unsafeHead(second))
+      assert.include(text, `id: ${small.seq}\n`)
+      assert.notInclude(text, "dropped")
+      sink.live(delta(stub, "kept"))
+      yield* sink.end(Exit.void)
+      assert.include(decoder.decode(Chunk.unsafeHead(yield* pull)), "kept")
+    }))
+
+  it.scoped("SEC-01 a gateway's own event stream into the body: live events keep their place between durable ones, and are dropped, not waited for, when the client is behind", () =>
+    Effect.gen(function*() {
+      const stub = yield* makeStubAgent("gateway-stream")
+      const limit = 8 * 1024
+      const small = yield* stub.session.append({ type: "test/note", data: 0 })
+      const large = yield* stub.session.append({ type: "test/note", data: "z".repeat(limit) })
+      const last = yield* stub.session.append({ type: "test/note", data: 2 })
+      const handled = yield* Effect.all([Deferred.make<void>(), Deferred.make<void>()])
+      // a gateway without the host's fast path: its stream is run into the body, a chunk at a time
+      const gateway = {
+        eventsFrom: () =>
+          Stream.fromIterable([delta(stub, "first"), durableOf(small), delta(stub, "second")]).pipe(
+            Stream.concat(Stream.execute(Deferred.succeed(handled[0], undefined))),
+            Stream.concat(Stream.make(durableOf(large))),
+            Stream.concat(Stream.make(delta(stub, "dropped"))),
+            Stream.concat(Stream.execute(Deferred.succeed(handled[1], undefined))),
+            Stream.concat(Stream.make(durableOf(last)))
+          )
+      }
+      const body = yield* sseBody.make(limit)
+      yield* eventsInto(gateway)("gateway-stream", 0, body.sink(() => Effect.succeed("event: error\ndata: {}\n\n")))
+      const pull = yield* Stream.toPull(body.bytes)
+      const read = Effect.map(pull, (chunk) => decoder.decode(Chunk.unsafeHead(chunk)))
+      yield* Deferred.await(handled[0])
+      const first = yield* read
+      // the large event waits until that write is out; then it is the write the client has not read
+      const second = yield* read
+      // the live event after it comes while the client is behind: dropped, and the stream goes on
+      yield* Deferred.await(handled[1])
+      const rest = yield* Effect.map(Stream.runCollect(Stream.fromPull(Effect.succeed(pull))), (chunks) =>
+        Chunk.toReadonlyArray(chunks).map((bytes) => decoder.decode(bytes)).join(""))
+      const names = (first + second + rest).split("\n\n").filter((frame) => frame.length > 0).map((frame) =>
+        frame.includes("event: durable") ? frame.split("\n")[0] : JSON.parse(frame.split("data: ")[1]!).text
+      )
+      assert.deepStrictEqual(names, ["first", `id: ${small.seq}`, "second", `id: ${large.seq}`, `id: ${last.seq}`])
     }))
 })

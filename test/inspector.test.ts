@@ -271,7 +271,7 @@ const screenshotDirectory = (fallback: string) => {
 
 describe("inspector in Chromium", () => {
   it.scoped.skipIf(!hasChromium && !inCi)(
-    "INS-02 headless Chromium: the timeline shows a tool call's arguments and a crash repair, a live delta while the turn streams, and a steer typed in the page reaches the log",
+    "INS-02 headless Chromium: the timeline shows a tool call's arguments and a crash repair, a live delta while the turn streams, and a steer typed in the page reaches the log; SEC-06 the page polls the list without meta and shows a session's meta from its summary",
     () =>
       Effect.gen(function*() {
         if (!hasChromium) {
@@ -297,6 +297,12 @@ describe("inspector in Chromium", () => {
         // seeded sessions: one with a tool turn, a fork of it (lineage), one created empty
         const put = (id: string) => request(`${served.url}/sessions/${id}`, { method: "PUT", body: { options: route } })
         assert.strictEqual((yield* put("seeded")).status, 201)
+        // SEC-06: a session whose meta the list never carries (the page reads it when it shows the session)
+        const described = yield* request(`${served.url}/sessions/described`, {
+          method: "PUT",
+          body: { options: route, meta: { title: "Quarterly notes", notes: "n".repeat(20_000) } }
+        })
+        assert.strictEqual(described.status, 201)
         const sent = yield* request(`${served.url}/sessions/seeded/messages`, {
           method: "POST",
           body: { text: "What is in notes/todo.txt?" }
@@ -317,6 +323,11 @@ describe("inspector in Chromium", () => {
 
         const browser = yield* launchBrowser
         const { errors, page } = yield* openPage(browser)
+        // SEC-06: every list the page polls, as the server sent it
+        const lists: Array<{ readonly url: string; readonly body: Promise<unknown> }> = []
+        page.on("response", (response) => {
+          if (new URL(response.url()).pathname === "/sessions") lists.push({ url: response.url(), body: response.json() })
+        })
         yield* inPage(() => page.goto(`${served.url}/inspector`))
 
         // the sessions list: every seeded session, with status and usage
@@ -325,6 +336,18 @@ describe("inspector in Chromium", () => {
         assert.include(seededRow, "tokens")
         // the registry tree: the live agents of the host
         yield* inPage(() => page.locator(`#registry li[data-agent-id="seeded"]`).waitFor())
+
+        // SEC-06: the list the page polls carries no meta; a session's meta shows once it is selected
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="described"]`).click())
+        const shownMeta = yield* waitForText(page, "#session-meta pre", "Quarterly notes")
+        assert.include(shownMeta, "\"title\": \"Quarterly notes\"")
+        assert.isAbove(lists.length, 0)
+        for (const list of lists) {
+          assert.notInclude(list.url, "include=meta")
+          const entries = ((yield* inPage(() => list.body)) as { readonly sessions: ReadonlyArray<object> }).sessions
+          assert.include(entries.map((entry) => (entry as { readonly id: string }).id), "described")
+          for (const entry of entries) assert.notProperty(entry, "meta")
+        }
 
         // the seeded session's timeline: the tool call with its arguments and its result
         yield* inPage(() => page.locator(`#sessions tr[data-session-id="seeded"]`).click())

@@ -39,7 +39,10 @@ describe("package imports", () => {
         "Cluster.ts": (pkg) => isCore(pkg) || pkg === "@effect/cluster" || pkg === "@effect/rpc",
         // HTTP-00/01: the gateway and the HTTP API run on any platform's HttpServer
         "SessionGateway.ts": isCore,
-        "HttpApi.ts": isCore
+        "HttpApi.ts": isCore,
+        // MCP-01: MCP servers as tools need the official SDK's client (optional peer); the SDK brings
+        // what its transports need, the module itself imports no Node builtin
+        "McpTools.ts": (pkg) => isCore(pkg) || pkg === "@modelcontextprotocol/sdk"
       }
       for (const [entry, allowed] of Object.entries(needs)) {
         assert.deepStrictEqual(disallowed(fromSources(entry), allowed), [], entry)
@@ -51,6 +54,13 @@ describe("package imports", () => {
       assert.isTrue(fromSources("LanguageModelAdapter.ts").has("@effect/ai"))
       assert.isFalse(fromSources("index.ts").has("@effect/ai"))
       assert.isFalse(fromSources("Model.ts").has("@effect/ai"))
+    }))
+
+  it.effect("PKG-01 MCP-01 the McpTools subpath reaches @modelcontextprotocol/sdk; the index never does", () =>
+    Effect.sync(() => {
+      assert.isTrue(fromSources("McpTools.ts").has("@modelcontextprotocol/sdk/client/index.js"))
+      assert.isFalse([...fromSources("index.ts").keys()].some((specifier) => specifier.startsWith("@modelcontextprotocol/")))
+      assert.isFalse([...fromSources("Tool.ts").keys()].some((specifier) => specifier.startsWith("@modelcontextprotocol/")))
     }))
 
   it.effect("PKG-01 the walk sees every import form (type-only, re-exports, import types, dynamic imports)", () =>

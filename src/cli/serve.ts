@@ -27,8 +27,7 @@ import * as Model from "../Model.js"
 import * as SessionGateway from "../SessionGateway.js"
 import { SessionPersistence } from "../SessionPersistence.js"
 import * as SessionError from "../SessionError.js"
-import { ServerNotStarted } from "./errors.js"
-import type { UsageError } from "./errors.js"
+import { ServerNotStarted, UsageError } from "./errors.js"
 import { writeStdout } from "./output.js"
 import * as store from "./store.js"
 
@@ -64,6 +63,12 @@ export const serveFlags = {
     Options.mapEffect(wholeNumber("--drain", "a number of seconds, 0 or more", Number.MAX_SAFE_INTEGER)),
     Options.withDescription("seconds running turns may take to finish when the server stops"),
     Options.withDefault(30)
+  ),
+  maxClientBuffer: Options.integer("max-client-buffer").pipe(
+    Options.withDescription(
+      "bytes an event-stream client may leave unread before it gets no live events (default 1 MiB; SEC-01)"
+    ),
+    Options.optional
   )
 }
 
@@ -73,6 +78,7 @@ export interface ServeFlags extends store.StoreFlags {
   readonly port: number
   readonly token: Option.Option<Redacted.Redacted>
   readonly drain: number
+  readonly maxClientBuffer: Option.Option<number>
 }
 
 /** Whether the server stopped because it was told to (a signal): the process then exits 0. @internal */
@@ -171,6 +177,9 @@ export const serve = (
   Scope.Scope | FileSystem.FileSystem | Path.Path
 > =>
   Effect.gen(function*() {
+    if (Option.isSome(flags.maxClientBuffer) && flags.maxClientBuffer.value <= 0) {
+      return yield* new UsageError({ reason: "--max-client-buffer must be a positive number of bytes" })
+    }
     if (Option.isSome(flags.dir)) {
       // a server creates its directory (the read commands never do)
       const fs = yield* FileSystem.FileSystem
@@ -201,6 +210,7 @@ export const serve = (
       drainTimeout: Duration.seconds(Math.max(0, flags.drain))
     }).pipe(Layer.provideMerge(runtime))
     const api = HttpApi.layerServer({
+      maxClientBufferBytes: Option.getOrUndefined(flags.maxClientBuffer),
       authenticate: Option.match(token, {
         onNone: () => undefined,
         onSome: (secret) => (presented: Redacted.Redacted) =>

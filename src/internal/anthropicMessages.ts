@@ -9,6 +9,7 @@ import type { LanguageModel, Prompt, Response } from "@effect/ai"
 import { Option } from "effect"
 import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
+import type { OutputBudget } from "./providerOutput.js"
 import * as wire from "./wireParts.js"
 import type { WireOptions } from "./wireParts.js"
 
@@ -162,10 +163,10 @@ const finishReason = (reason: string | undefined): Response.FinishReason => {
 type Block =
   | { readonly kind: "text"; readonly id: string }
   | { readonly kind: "reasoning"; readonly id: string }
-  | { readonly kind: "tool"; readonly id: string; readonly name: string; text: string; readonly input: unknown }
+  | { readonly kind: "tool"; readonly id: string; readonly name: string; text: string; readonly input: string }
   | { readonly kind: "other" }
 
-/** The state of one streamed reply. */
+/** The state of one streamed reply; what it keeps of the message is charged to `budget` (SEC-02). */
 class MessagesReply implements wire.SseReply {
   readonly blocks = new Map<number, Block>()
   stop: string | undefined = undefined
@@ -174,7 +175,7 @@ class MessagesReply implements wire.SseReply {
   cached: number | undefined = undefined
   output: number | undefined = undefined
 
-  constructor(readonly provider: string) {}
+  constructor(readonly provider: string, private readonly budget: OutputBudget) {}
 
   /** Tells the sink what the data of one SSE event says, or returns the failure it reports. */
   onEvent<B>(text: string, sink: wire.ReplySink<B>): ModelError | undefined {
@@ -219,13 +220,17 @@ class MessagesReply implements wire.SseReply {
   }
 
   private onStart<B>(index: number, block: unknown, sink: wire.ReplySink<B>): void {
+    this.budget.part()
     switch (wire.field(block, "type")) {
       case "text": {
         const id = `text-${index}`
         this.blocks.set(index, { kind: "text", id })
         sink.textStart(id)
         const text = wire.field(block, "text")
-        if (typeof text === "string" && text !== "") sink.textDelta(id, text)
+        if (typeof text === "string" && text !== "") {
+          this.budget.text(text)
+          sink.textDelta(id, text)
+        }
         break
       }
       case "thinking": {
@@ -234,15 +239,21 @@ class MessagesReply implements wire.SseReply {
         sink.reasoningStart(id)
         break
       }
-      case "tool_use":
-        this.blocks.set(index, {
-          kind: "tool",
+      case "tool_use": {
+        const tool = {
+          kind: "tool" as const,
           id: String(wire.field(block, "id") ?? `toolu_${index}`),
           name: String(wire.field(block, "name") ?? ""),
           text: "",
-          input: wire.field(block, "input")
-        })
+          // a call without arguments streams no JSON: its text is the (empty) input it started with
+          input: JSON.stringify(wire.field(block, "input") ?? {})
+        }
+        this.budget.text(tool.id)
+        this.budget.text(tool.name)
+        this.budget.text(tool.input)
+        this.blocks.set(index, tool)
         break
+      }
       default:
         this.blocks.set(index, { kind: "other" })
     }
@@ -252,11 +263,17 @@ class MessagesReply implements wire.SseReply {
     const block = this.blocks.get(index)
     const type = wire.field(delta, "type")
     if (block?.kind === "text" && type === "text_delta") {
-      sink.textDelta(block.id, String(wire.field(delta, "text") ?? ""))
+      const text = String(wire.field(delta, "text") ?? "")
+      this.budget.text(text)
+      sink.textDelta(block.id, text)
     } else if (block?.kind === "reasoning" && type === "thinking_delta") {
-      sink.reasoningDelta(block.id, String(wire.field(delta, "thinking") ?? ""))
+      const thinking = String(wire.field(delta, "thinking") ?? "")
+      this.budget.text(thinking)
+      sink.reasoningDelta(block.id, thinking)
     } else if (block?.kind === "tool" && type === "input_json_delta") {
-      block.text += String(wire.field(delta, "partial_json") ?? "")
+      const json = String(wire.field(delta, "partial_json") ?? "")
+      this.budget.text(json)
+      block.text += json
     }
   }
 
@@ -267,9 +284,7 @@ class MessagesReply implements wire.SseReply {
     if (block.kind === "text") sink.textEnd(block.id)
     else if (block.kind === "reasoning") sink.reasoningEnd(block.id)
     else if (block.kind === "tool") {
-      // a call without arguments streams no JSON: its text is the (empty) input it started with
-      const text = block.text === "" ? JSON.stringify(block.input ?? {}) : block.text
-      sink.toolCall({ id: block.id, name: block.name, text })
+      sink.toolCall({ id: block.id, name: block.name, text: block.text === "" ? block.input : block.text })
     }
   }
 
@@ -289,4 +304,4 @@ class MessagesReply implements wire.SseReply {
  *
  * @internal
  */
-export const reply = (provider: string): wire.SseReply => new MessagesReply(provider)
+export const reply = (provider: string, budget: OutputBudget): wire.SseReply => new MessagesReply(provider, budget)

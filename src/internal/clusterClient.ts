@@ -22,6 +22,7 @@ import { InvalidRequest } from "../SessionGateway.js"
 import type { RecoverySummary, SessionSummary, UnreadableSession } from "../SessionPersistence.js"
 import { SessionPersistence } from "../SessionPersistence.js"
 import { AgentEntity, refailCluster } from "./clusterProtocol.js"
+import { listedEntry } from "./gatewaySummary.js"
 
 /** How long the client waits before asking again for a stream that ended. */
 const streamAgain = Duration.millis(200)
@@ -103,7 +104,9 @@ export const make = Effect.gen(function*() {
         concurrency: SUMMARY_CONCURRENCY
       })
       const next = sorted.length > limit ? page[page.length - 1] : undefined
-      return { sessions: Arr.getSomes(sessions), ...(next === undefined ? {} : { next }) } satisfies Gateway.SessionPage
+      // SEC-06: the entries as the host gateway lists them (meta only when asked, bounded)
+      const listed = Arr.getSomes(sessions).map((entry) => listedEntry(entry, request))
+      return { sessions: listed, ...(next === undefined ? {} : { next }) } satisfies Gateway.SessionPage
     }).pipe(Effect.withSpan("ClusterClient.list"))
 
   // ---------------------------------------------------------------------------------------------

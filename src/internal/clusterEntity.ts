@@ -4,7 +4,7 @@
  * (`SessionGateway.layerHost`'s implementation) answers most requests, so a session behaves in a
  * cluster exactly as in one process. What the cluster adds, per activated entity (a {@link Cell},
  * entity id = SessionId, closed when the cluster passivates the entity):
- * - while the previous runner still holds the session's lease (PERS-06), an activation retries
+ * - while the previous runner still holds the session's lease (PERS-05), an activation retries
  *   `SessionLocked` for `leaseWait` instead of failing;
  * - sends go through one queue and one fiber per entity: the cluster runs an entity's requests
  *   concurrently (a `WhenIdle` or an event stream never holds up a `Cancel`), the agent keeps

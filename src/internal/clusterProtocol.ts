@@ -20,9 +20,9 @@ import * as AgentError from "../AgentError.js"
 import * as AgentHost from "../AgentHost.js"
 import { InvalidSessionId, SessionId, UserMessage } from "../Message.js"
 import * as SessionError from "../SessionError.js"
-import { JsonRecord } from "../SessionEvent.js"
 import {
   AgentOptions,
+  CreateRequest,
   CreateResult,
   DurableEvent,
   GatewayError,
@@ -135,7 +135,8 @@ export type AgentFailure = typeof AgentFailure.Type
 /** The options of a session to create, as the gateway takes them. */
 const CreateFields = {
   options: Schema.optionalWith(AgentOptions, { exact: true }),
-  meta: Schema.optionalWith(JsonRecord, { exact: true })
+  // the gateway's own: a `__proto__` key of the meta stays data on the wire too (DUR-03)
+  meta: CreateRequest.fields.meta
 }
 
 /** @internal */

@@ -71,7 +71,7 @@ export interface Driver {
  */
 class DriverHandle implements Driver {
   constructor(private readonly state: DriverState) {}
-  /** AGT-03: made when read (an idle agent holds none, B2). */
+  /** AGT-02: made when read (an idle agent holds none, B2). */
   get status(): Effect.Effect<AgentStatus> {
     return Effect.sync(() => this.state.status)
   }

@@ -54,6 +54,21 @@ export interface EventSink<E> {
 
 const durableOf = (event: SessionEvent): StreamEvent => ({ _tag: "Durable", event })
 
+// the last agent event a follower was handed and what a client sees of it: a publication goes to
+// every follower of the agent in one step, and one object for all lets their bodies share one frame
+// (SEC-01: 80 readers of a session make one frame of each delta, not 80)
+let lastAgentEvent: AgentEvent | undefined
+let lastLive: StreamEvent | undefined
+
+/** What a client sees of an agent event (EVS-02), the same object for the followers of one publication. */
+const liveOf = (event: AgentEvent): StreamEvent | undefined => {
+  if (event === lastAgentEvent) return lastLive
+  const live = summary.toLive(event)
+  lastAgentEvent = event
+  lastLive = Option.isSome(live) ? { _tag: "Live", event: live.value } : undefined
+  return lastLive
+}
+
 /**
  * Follows the live events of one activation of the agent at a time: a listener on its feed (it
  * counts as a subscriber, HOST-02, until the feed ends) hands what a client sees to the sink. The
@@ -66,8 +81,8 @@ const makeFollower = <E>(sink: EventSink<E>, scope: Scope.Scope) => {
   let current: Scope.CloseableScope | undefined
   const listener: Feed.Listener<AgentEvent> = {
     one: (event) => {
-      const live = summary.toLive(event)
-      if (Option.isSome(live)) sink.live({ _tag: "Live", event: live.value })
+      const live = liveOf(event)
+      if (live !== undefined) sink.live(live)
     },
     many: (events) => {
       for (const event of events) listener.one(event)
@@ -185,8 +200,25 @@ export const withEventsInto = <G extends object>(gateway: G, into: EventsInto): 
   Object.defineProperty(gateway, eventsIntoKey, { value: into })
 
 /**
+ * A chunk of a gateway's stream into a sink, in order: the durable events wait for room, the live
+ * ones between them go to `live` (dropped when the sink has none, SEC-01).
+ */
+const handOver = <E>(sink: EventSink<E>, events: Chunk.Chunk<StreamEvent>): Effect.Effect<void> => {
+  const all = Chunk.toReadonlyArray(events)
+  let next = 0
+  const more: Effect.Effect<void> = Effect.suspend(() => {
+    while (next < all.length && all[next]!._tag === "Live") sink.live(all[next++]!)
+    const first = next
+    while (next < all.length && all[next]!._tag === "Durable") next++
+    if (first === next) return Effect.void
+    return Effect.zipRight(sink.durable(Chunk.unsafeFromArray(all.slice(first, next))), more)
+  })
+  return more
+}
+
+/**
  * How to run a gateway's events into a sink: its own way, or its stream read by a fiber of the
- * current Scope (every chunk waits for room).
+ * current Scope (every durable event waits for room; a live one is dropped when there is none).
  *
  * @internal
  */
@@ -197,7 +229,7 @@ export const eventsInto = (gateway: {
   if (own !== undefined) return own
   return (id, seq, sink) =>
     gateway.eventsFrom(id, seq).pipe(
-      Stream.runForEachChunk(sink.durable),
+      Stream.runForEachChunk((events) => handOver(sink, events)),
       (self) => Effect.onExit(self, (exit) => Effect.interruptible(sink.end(exit))),
       Effect.forkScoped,
       Effect.asVoid

@@ -77,16 +77,21 @@ export interface Feed<A> {
 /** The most `Take`s one pull reads from a queue (`Stream.fromQueue`'s default chunk size). */
 const MAX_TAKES = 4096
 
-/** What waits in `queue`; when nothing does, the first to arrive and what arrives while others run once. */
-const gathered = <T>(queue: Queue.Dequeue<T>): Effect.Effect<Chunk.Chunk<T>> =>
-  Effect.flatMap(Queue.takeUpTo(queue, MAX_TAKES), (waiting) =>
-    Chunk.isNonEmpty(waiting)
+/**
+ * What waits in `queue`; when nothing does, the first to arrive and what arrives while others run once.
+ * `onPull` runs after the first look (in its step: no Effect more per pull), before any wait.
+ */
+const gathered = <T>(queue: Queue.Dequeue<T>, onPull: (() => void) | undefined): Effect.Effect<Chunk.Chunk<T>> =>
+  Effect.flatMap(Queue.takeUpTo(queue, MAX_TAKES), (waiting) => {
+    onPull?.()
+    return Chunk.isNonEmpty(waiting)
       ? Effect.succeed(waiting)
       : Effect.flatMap(Queue.take(queue), (first) =>
         Effect.zipRight(
           Effect.yieldNow(),
           Effect.map(Queue.takeUpTo(queue, MAX_TAKES - 1), (rest) => Chunk.prepend(rest, first))
-        )))
+        ))
+  })
 
 /**
  * The values of a queue of `Take`s up to the first `Take.end` (or the failure a `Take` carries),
@@ -96,12 +101,18 @@ const gathered = <T>(queue: Queue.Dequeue<T>): Effect.Effect<Chunk.Chunk<T>> =>
  * With `gather`, a pull that found the queue empty lets the other fibers that are ready run once
  * after the first `Take` arrives, then reads what has arrived meanwhile with it: fewer, larger
  * chunks when many producers are busy (an HTTP response writes each chunk as one piece, B9).
+ * `onPull` tells the queue's owner when downstream asks for more: a consumer that waits until a
+ * chunk is written (an HTTP response waits for its socket to drain) pulls again only then (SEC-01).
  *
  * @internal
  */
 export const fromTakes = <A, E>(
   queue: Queue.Dequeue<Take.Take<A, E>>,
-  options?: { readonly gather?: boolean | undefined }
+  options?: {
+    readonly gather?: boolean | undefined
+    /** Called as each pull starts: what the last pull emitted has been handled downstream (SEC-01). */
+    readonly onPull?: (() => void) | undefined
+  }
 ): Stream.Stream<A, E> => {
   // made once per stream, not per Take: what a pull gathers, and how a Take adds to it
   let values: Array<A> = []
@@ -117,7 +128,12 @@ export const fromTakes = <A, E>(
       return undefined
     }
   }
-  const takes = options?.gather === true ? gathered(queue) : Queue.takeBetween(queue, 1, MAX_TAKES)
+  const onPull = options?.onPull
+  const takes = options?.gather === true
+    ? gathered(queue, onPull)
+    : onPull === undefined
+    ? Queue.takeBetween(queue, 1, MAX_TAKES)
+    : Effect.zipRight(Effect.sync(onPull), Queue.takeBetween(queue, 1, MAX_TAKES))
   const loop: Channel.Channel<Chunk.Chunk<A>, unknown, E> = Channel.flatMap(
     Channel.fromEffect(takes),
     (takes) => {

@@ -126,7 +126,7 @@ const list = (g: GatewayState, request?: Gateway.ListRequest | undefined) =>
     const sessions = yield* Effect.forEach(page, (id) => entryOf(g, id, unreadable.get(id)), { concurrency: 8 })
     const next = sorted.length > limit ? page[page.length - 1] : undefined
     return {
-      sessions: Arr.getSomes(sessions),
+      sessions: Arr.getSomes(sessions).map((entry) => summary.listedEntry(entry, request)),
       ...(next === undefined ? {} : { next })
     } satisfies Gateway.SessionPage
   }).pipe(Effect.withSpan("SessionGateway.list"))

@@ -10,9 +10,10 @@ import type { Agent } from "../Agent.js"
 import type { AgentEvent } from "../AgentEvent.js"
 import { ContentPart } from "../Message.js"
 import type { UserMessage } from "../Message.js"
-import type { LiveEvent, SessionInfo } from "../SessionGateway.js"
+import type { ListRequest, LiveEvent, SessionInfo, SessionListEntry, UnreadableSession } from "../SessionGateway.js"
 import type { InboxTarget, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import { wakeByDefault } from "./inbox.js"
+import { utf8Length } from "./recordSize.js"
 import * as usage from "./usage.js"
 
 interface SpliceData {
@@ -88,6 +89,36 @@ export const fromLive = (agent: Agent): Effect.Effect<SessionInfo> =>
       ...headerFields(agent.session.header)
     }
   })
+
+/** SEC-06: the most of one session's `meta` a listing carries by default (its UTF-8 JSON length). @internal */
+export const DEFAULT_LIST_META_BYTES = 8 * 1024
+
+/**
+ * A summary as a listing shows it (SEC-06): without `meta` unless asked; with it when its JSON
+ * fits `maxMetaBytes`, else flagged `metaTruncated`. The same for every gateway, so a listing is
+ * bounded whatever the sessions' headers hold.
+ *
+ * @internal
+ */
+export const listed = (
+  info: SessionInfo | SessionListEntry,
+  options: { readonly includeMeta?: boolean | undefined; readonly maxMetaBytes?: number | undefined }
+): SessionListEntry => {
+  const { meta, metaTruncated, ...summary } = info as SessionListEntry
+  if (options.includeMeta !== true) return summary
+  // an entry a gateway already left its meta out of stays flagged
+  if (meta === undefined) return metaTruncated === true ? { ...summary, metaTruncated } : summary
+  const limit = options.maxMetaBytes ?? DEFAULT_LIST_META_BYTES
+  const text = JSON.stringify(meta)
+  // a UTF-8 length is at least the string's length: most oversize values are known without counting
+  return text.length <= limit && utf8Length(text) <= limit ? { ...summary, meta } : { ...summary, metaTruncated: true }
+}
+
+/** An entry of a gateway's page (SEC-06): a summary as {@link listed} shows it, an unreadable entry as it is. @internal */
+export const listedEntry = (
+  entry: SessionInfo | UnreadableSession,
+  request: ListRequest | undefined
+): SessionListEntry | UnreadableSession => entry._tag === "SessionInfo" ? listed(entry, request ?? {}) : entry
 
 /** A message the session accepted: how it was first inserted. @internal */
 export interface Accepted {

@@ -11,19 +11,17 @@
  */
 import { FileSystem, HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerResponse, Path } from "@effect/platform"
 import type { Option as OptionType } from "effect"
-import { Effect, Option, Redacted, Schema, Stream } from "effect"
+import { Effect, Either, Option, Schema, Stream } from "effect"
 import type { Agent } from "../Agent.js"
 import { AgentRegistry } from "../AgentRegistry.js"
 import type * as HttpApi from "../HttpApi.js"
 import { Forbidden, Unauthorized } from "../HttpApi.js"
 import type { SessionId } from "../Message.js"
+import * as auth from "./httpAuth.js"
 import * as problems from "./httpProblem.js"
 
 /** What the inspector needs of the server's options. @internal */
-export interface InspectorSettings {
-  readonly authenticate: HttpApi.Options["authenticate"]
-  readonly authorize: HttpApi.Options["authorize"]
-}
+export type InspectorSettings = auth.AuthSettings
 
 /** The folder of the page, at the package root: `../../inspector/` from `src/internal` and `dist/internal` alike. */
 const assetsUrl = new URL("../../inspector/", import.meta.url)
@@ -121,7 +119,7 @@ const snapshot = (registry: AgentRegistry["Type"], initiators: ReadonlyMap<strin
   })
 
 // -------------------------------------------------------------------------------------------------
-// security: the registry answers the principals the sessions routes answer (HTTP-03)
+// security: the registry answers as the sessions routes do (HTTP-03, SEC-04)
 
 // made on first use: HttpApi.ts imports this module (through httpServer.ts) before its classes exist
 let encoders:
@@ -136,28 +134,54 @@ const problemEncoders = () =>
     forbidden: Schema.encode(problems.problem(Forbidden, 403))
   }
 
-const bearerOf = (header: string | undefined): string =>
-  header !== undefined && header.toLowerCase().startsWith("bearer ") ? header.slice(7).trim() : ""
-
-/** `undefined` when the request may list the live agents, else the 401/403 response. */
-const refusal = (settings: InspectorSettings, request: HttpServerRequest.HttpServerRequest) =>
+/**
+ * The principal of a request that may see the registry (authenticated by the sessions routes' own
+ * parser, SEC-04, and allowed to `list`), or the 401/403 response.
+ */
+const admitted = (settings: InspectorSettings, request: HttpServerRequest.HttpServerRequest) =>
   Effect.gen(function*() {
-    let principal: HttpApi.Principal = { id: "anonymous" }
-    if (settings.authenticate !== undefined) {
-      const token = bearerOf(request.headers["authorization"])
-      const found = token === "" ? Option.none() : yield* settings.authenticate(Redacted.make(token))
-      if (Option.isNone(found)) {
-        const reason = token === "" ? "the request has no bearer token" : "the bearer token is not valid"
-        const body = yield* Effect.orDie(problemEncoders().unauthorized(new Unauthorized({ reason })))
-        return HttpServerResponse.unsafeJson(body, { status: 401, headers: { "www-authenticate": "Bearer" } })
-      }
-      principal = found.value
+    const principal = yield* Effect.either(auth.authenticate(settings, request))
+    if (Either.isLeft(principal)) {
+      const body = yield* Effect.orDie(problemEncoders().unauthorized(principal.left))
+      return Either.left(HttpServerResponse.unsafeJson(body, { status: 401, headers: { "www-authenticate": "Bearer" } }))
     }
-    if (settings.authorize !== undefined && !(yield* settings.authorize(principal, undefined, "list"))) {
-      const body = yield* Effect.orDie(problemEncoders().forbidden(new Forbidden({ principal: principal.id, action: "list" })))
-      return HttpServerResponse.unsafeJson(body, { status: 403 })
+    const allowed = yield* Effect.either(auth.authorize(settings, principal.right, undefined, "list"))
+    if (Either.isLeft(allowed)) {
+      const body = yield* Effect.orDie(problemEncoders().forbidden(allowed.left))
+      return Either.left(HttpServerResponse.unsafeJson(body, { status: 403 }))
     }
-    return undefined
+    return Either.right(principal.right)
+  })
+
+/**
+ * SEC-04: only the live agents the principal may `read`, as the sessions listing shows only those;
+ * an owner or an initiator it may not read is not named (the agent shows as a root, or as started
+ * by nobody it can see).
+ */
+const readableNodes = (
+  settings: InspectorSettings,
+  principal: HttpApi.Principal,
+  agents: ReadonlyArray<RegistryNode>
+) =>
+  Effect.gen(function*() {
+    if (settings.authorize === undefined) return agents
+    const ids = new Set<SessionId>()
+    for (const node of agents) {
+      ids.add(node.id)
+      if (node.owner !== null) ids.add(node.owner)
+      if (node.initiator !== null) ids.add(node.initiator)
+    }
+    const readable = new Set<SessionId>()
+    yield* Effect.forEach(ids, (id) =>
+      Effect.map(auth.mayDo(settings, principal, id, "read"), (allowed) => {
+        if (allowed) readable.add(id)
+      }), { discard: true })
+    const shown = (id: SessionId | null) => (id !== null && readable.has(id) ? id : null)
+    return agents.filter((node) => readable.has(node.id)).map((node): RegistryNode => ({
+      ...node,
+      owner: shown(node.owner),
+      initiator: shown(node.initiator)
+    }))
   })
 
 // -------------------------------------------------------------------------------------------------
@@ -191,8 +215,8 @@ export const layer = (settings: InspectorSettings) =>
         "/inspector/api/registry",
         Effect.gen(function*() {
           const request = yield* HttpServerRequest.HttpServerRequest
-          const refused = yield* refusal(settings, request)
-          if (refused !== undefined) return refused
+          const principal = yield* admitted(settings, request)
+          if (Either.isLeft(principal)) return principal.left
           if (Option.isNone(registry)) {
             return problemResponse(
               404,
@@ -200,7 +224,9 @@ export const layer = (settings: InspectorSettings) =>
               "this server's gateway has no local AgentRegistry (a cluster client): the registry tree is shown only by a server over an AgentHost"
             )
           }
-          return yield* HttpServerResponse.json(yield* snapshot(registry.value, initiators), {
+          const { agents } = yield* snapshot(registry.value, initiators)
+          const shown = yield* readableNodes(settings, principal.right, agents)
+          return yield* HttpServerResponse.json({ agents: shown }, {
             headers: { "cache-control": "no-store" }
           }).pipe(Effect.orDie)
         })

@@ -7,7 +7,7 @@
  *
  * @internal
  */
-import { Data, Effect, FiberRef, Option, Schema, Stream } from "effect"
+import { Data, Deferred, Effect, Exit, FiberId, FiberRef, Option, Schema, Stream } from "effect"
 import type { Array as Arr, Scope } from "effect"
 import * as AgentError from "../AgentError.js"
 import type { Inbox, InboxChange } from "../Inbox.js"
@@ -141,10 +141,40 @@ export class Projection {
   private readonly settled = new Map<string, Settled>()
   /** HOST-03: the pending ids that were sent waking; made on the first one (an idle agent holds none, B2). */
   private waking: Set<string> | undefined = undefined
+  /** SEC-11: how many messages were inserted so far (replayed or live): the next one's ordinal. */
+  private insertions = 0
+  /** SEC-11: the insertion ordinal of each pending id; made on the first insertion (B2). Never logged. */
+  private ordinals: Map<string, number> | undefined = undefined
 
   /** HOST-03: some pending message (either list) was sent waking. */
   hasPendingWaking(): boolean {
     return this.waking !== undefined && this.waking.size > 0
+  }
+
+  /**
+   * SEC-11: a mark of this moment: every message pending now has an ordinal below it, every message
+   * inserted from now on one at or above it.
+   */
+  mark(): number {
+    return this.insertions
+  }
+
+  /** SEC-11: the insertion ordinal of a pending id. */
+  ordinalOf(id: string): number | undefined {
+    return this.ordinals?.get(id)
+  }
+
+  /** SEC-11: gives an inserted id the next ordinal. */
+  private number(id: string): void {
+    const ordinals = this.ordinals ??= new Map()
+    ordinals.set(id, this.insertions++)
+  }
+
+  /** DLV-06, SEC-11: some pending message sent waking was inserted at or after `mark`. */
+  hasPendingWakingFrom(mark: number): boolean {
+    if (this.waking === undefined || this.ordinals === undefined) return false
+    for (const id of this.waking) if (this.ordinals.get(id)! >= mark) return true
+    return false
   }
 
   /** HOST-03: whether a pending id was sent waking. */
@@ -225,11 +255,13 @@ export class Projection {
       this.pendingIn.delete(id)
       this.settled.set(id, removedAs)
       this.waking?.delete(id)
+      this.ordinals?.delete(id)
     }
     const wake = data.wake ?? wakeByDefault(data)
     for (const message of inserted) {
       this.settled.delete(message.id)
       this.pendingIn.set(message.id, data.target)
+      this.number(message.id)
       if (wake) (this.waking ??= new Set()).add(message.id)
     }
     return undefined
@@ -358,8 +390,22 @@ export interface InboxInternal extends Inbox {
   readonly stateOf: (id: string) => InboxState | undefined
   /** Pending counts (plain read). */
   readonly sizes: () => { readonly nextTurn: number; readonly nextStep: number }
-  /** `clear`: cancels everything pending (used by `cancel`). */
+  /** `clear` without the observer guard: cancels everything pending. */
   readonly clearCanceled: Effect.Effect<void, SessionError.SessionAppendError>
+  /** SEC-11: a mark of this moment: what is pending now was inserted before it (plain read). */
+  readonly mark: () => number
+  /**
+   * SEC-11, a cancel's call: from this synchronous call on, the messages inserted before `mark` that
+   * are still pending are gone for every reader and every operation of the inbox (lists, peek,
+   * claim, replace, remove, wakes); the returned Effect writes their `canceled` splices (next-step
+   * first) and must be run — uninterruptibly — right away. `undefined` when none is pending: then
+   * nothing is written (CAN-01). Messages inserted from `mark` on are never touched.
+   */
+  readonly discardBefore: (mark: number) => Effect.Effect<void, SessionError.SessionAppendError> | undefined
+  /** DLV-06: some pending message sent waking was inserted at or after `mark` (plain read). */
+  readonly hasPendingWakingFrom: (mark: number) => boolean
+  /** SEC-11: resolves once the `canceled` splices of every cancel called so far were written (or failed). */
+  readonly awaitDiscards: Effect.Effect<void>
   /** Runs `effect` holding the inbox lock; it must not call inbox operations (the lock is not re-entrant). */
   readonly withLock: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   /** The eager form of `changes`: subscribed before it returns. */
@@ -467,6 +513,13 @@ class InboxCell {
   guard: ObserverGuard | undefined = undefined
   /** OBS-02: its splices move `Metrics.inboxDepth` (an agent's inbox, until its teardown). */
   metered = false
+  /**
+   * SEC-11: the marks of the cancels called whose `canceled` splices are not written yet: pending
+   * messages inserted before the highest are already gone for every reader (`isLive`).
+   */
+  discarding: Array<number> | undefined = undefined
+  /** Completed when `discarding` empties: what a teardown waits on (`awaitDiscards`). */
+  discarded: Deferred.Deferred<void> | undefined = undefined
   constructor(
     readonly session: Session,
     readonly sessionCore: ReturnType<typeof core>,
@@ -476,6 +529,70 @@ class InboxCell {
 }
 
 const lockOf = (state: InboxCell): Lock => state.lock ??= makeLock()
+
+/** SEC-11: pending messages inserted before this are discarded by a cancel already called (0: none). */
+const floorOf = (state: InboxCell): number => {
+  const marks = state.discarding
+  if (marks === undefined) return 0
+  let floor = 0
+  for (const mark of marks) if (mark > floor) floor = mark
+  return floor
+}
+
+/** SEC-11: a pending message no cancel called so far discards (`floor` from `floorOf`). */
+const isLive = (projection: Projection, floor: number, id: string): boolean =>
+  floor === 0 || projection.ordinalOf(id)! >= floor
+
+/** A pending id that no cancel called so far discards: what claim, reject, replace and remove act on. */
+const isPending = (state: InboxCell, id: string): boolean =>
+  state.projection.targetOf(id) !== undefined && isLive(state.projection, floorOf(state), id)
+
+/** The live messages of a list (SEC-11: those of a cancel in progress left out). */
+const liveOf = (state: InboxCell, target: InboxTarget, floor: number): Array<UserMessage> =>
+  state.projection.lists[target].toArray().filter((message) => isLive(state.projection, floor, message.id))
+
+/**
+ * SEC-11: a cancel's call. Registers `mark` synchronously (what it discards is gone for every reader
+ * from now on) and returns the Effect that writes the `canceled` splices of the messages inserted
+ * before `mark` that are still pending then, and unregisters it (written or not).
+ */
+const discardBefore = (
+  state: InboxCell,
+  mark: number
+): Effect.Effect<void, SessionError.SessionAppendError> | undefined => {
+  const { projection } = state
+  const discarded = (): Map<string, Removal> => {
+    const kinds = new Map<string, Removal>()
+    for (const target of targets) {
+      const list = projection.lists[target]
+      for (let i = 0; i < list.length; i++) {
+        const id = list.at(i).id
+        if (projection.ordinalOf(id)! < mark) kinds.set(id, "canceled")
+      }
+    }
+    return kinds
+  }
+  if (discarded().size === 0) return undefined
+  const marks = state.discarding ??= []
+  marks.push(mark)
+  const unregister = Effect.sync(() => {
+    marks.splice(marks.indexOf(mark), 1)
+    if (marks.length > 0) return
+    state.discarding = undefined
+    if (state.discarded !== undefined) Deferred.unsafeDone(state.discarded, Exit.void)
+    state.discarded = undefined
+  })
+  return locked(
+    state,
+    Effect.ensuring(
+      Effect.suspend(() => {
+        const splices = removalSplices(projection, discarded())
+        return isNonEmpty(splices) ? Effect.asVoid(commitEvents(state, splices)) : Effect.void
+      }),
+      unregister
+    )
+  ).pipe(Effect.withSpan("Inbox.cancel"))
+}
 
 // Validate → durable splice → lists changed → notifications, all under the lock; uninterruptible
 // once the lock is held so a write can never be durable without its in-memory change (INB-01b, INB-02).
@@ -607,7 +724,7 @@ const replaceIn = Effect.fn("Inbox.replace")(function*(state: InboxCell, id: Mes
     Effect.suspend((): Effect.Effect<boolean, InsertError> => {
       const { projection } = state
       const target = projection.targetOf(id)
-      if (target === undefined) return Effect.succeed(false)
+      if (target === undefined || !isPending(state, id)) return Effect.succeed(false)
       const existing = duplicate(projection, checked.id)
       if (existing !== undefined) return Effect.fail(existing)
       return Effect.as(
@@ -635,7 +752,7 @@ const removeFrom = Effect.fn("Inbox.remove")(function*(state: InboxCell, id: Mes
     Effect.suspend(() => {
       const { projection } = state
       const target = projection.targetOf(id)
-      if (target === undefined) return Effect.succeed(false)
+      if (target === undefined || !isPending(state, id)) return Effect.succeed(false)
       return Effect.as(
         commitEvents(state, [{
           type: "agent/inbox/spliced",
@@ -666,6 +783,9 @@ const clearAll = (state: InboxCell): Effect.Effect<void, SessionError.SessionApp
 
 const snapshotOf = (state: InboxCell, target: InboxTarget): ReadonlyArray<UserMessage> => {
   const list = state.projection.lists[target]
+  // SEC-11: while a cancel's splices are being written, what it discards is already gone
+  const floor = floorOf(state)
+  if (floor > 0) return Object.freeze(liveOf(state, target, floor))
   if (target === "next-turn") {
     if (state.turnVersion !== list.version) {
       state.turnSnapshot = Object.freeze(list.toArray())
@@ -683,9 +803,11 @@ const snapshotOf = (state: InboxCell, target: InboxTarget): ReadonlyArray<UserMe
 const peekAt = (state: InboxCell, boundary: "turn" | "step"): Effect.Effect<ReadonlyArray<UserMessage>> =>
   Effect.sync(() => {
     const steps = snapshotOf(state, "next-step")
+    if (boundary === "step") return steps
+    const floor = floorOf(state)
     const turns = state.projection.lists["next-turn"]
-    if (boundary === "step" || turns.length === 0) return steps
-    return [...steps, turns.at(0)]
+    const first = floor === 0 ? (turns.length === 0 ? undefined : turns.at(0)) : liveOf(state, "next-turn", floor)[0]
+    return first === undefined ? steps : [...steps, first]
   })
 
 const claimIn = Effect.fnUntraced(function*(state: InboxCell, claimOptions: ClaimOptions) {
@@ -704,8 +826,8 @@ const claimIn = Effect.fnUntraced(function*(state: InboxCell, claimOptions: Clai
         if (seen.has(message.id)) continue
         seen.add(message.id)
         if (peeked.has(message.id)) {
-          // Peeked and canceled (or replaced) meanwhile: it does not enter.
-          if (projection.targetOf(message.id) === undefined) continue
+          // Peeked and canceled (or replaced) meanwhile, or discarded by a cancel in progress: it does not enter.
+          if (!isPending(state, message.id)) continue
           kinds.set(message.id, "claim")
           entered.push(message)
         } else if (projection.stateOf(message.id) === undefined) {
@@ -713,7 +835,7 @@ const claimIn = Effect.fnUntraced(function*(state: InboxCell, claimOptions: Clai
         }
       }
       for (const id of peeked) {
-        if (!kinds.has(id) && projection.targetOf(id) !== undefined) kinds.set(id, "rejected")
+        if (!kinds.has(id) && isPending(state, id)) kinds.set(id, "rejected")
       }
       const splices = removalSplices(projection, kinds)
       if (entered.length === 0) {
@@ -748,7 +870,7 @@ const rejectIn = (
     Effect.suspend(() => {
       if (rejectOptions?.guard !== undefined && !rejectOptions.guard()) return Effect.succeed([])
       const kinds = new Map<string, Removal>()
-      for (const id of ids) if (state.projection.targetOf(id) !== undefined) kinds.set(id, "rejected")
+      for (const id of ids) if (isPending(state, id)) kinds.set(id, "rejected")
       const splices = removalSplices(state.projection, kinds)
       if (!isNonEmpty(splices)) return Effect.succeed([])
       return Effect.as(commitEvents(state, splices), splices.flatMap((splice) => splice.data.removed))
@@ -920,7 +1042,25 @@ class InboxImpl implements InboxInternal {
     return insertInto(this.cell, target, message, position, extra, wake === true)
   }
   hasPendingWaking(): boolean {
-    return this.cell.projection.hasPendingWaking()
+    const floor = floorOf(this.cell)
+    return floor === 0 ? this.cell.projection.hasPendingWaking() : this.cell.projection.hasPendingWakingFrom(floor)
+  }
+  hasPendingWakingFrom(mark: number): boolean {
+    return this.cell.projection.hasPendingWakingFrom(Math.max(mark, floorOf(this.cell)))
+  }
+  mark(): number {
+    return this.cell.projection.mark()
+  }
+  discardBefore(mark: number): Effect.Effect<void, SessionError.SessionAppendError> | undefined {
+    return discardBefore(this.cell, mark)
+  }
+  get awaitDiscards(): Effect.Effect<void> {
+    const cell = this.cell
+    return Effect.suspend(() =>
+      cell.discarding === undefined
+        ? Effect.void
+        : Deferred.await(cell.discarded ??= Deferred.unsafeMake<void>(FiberId.none))
+    )
   }
   peek(boundary: "turn" | "step"): Effect.Effect<ReadonlyArray<UserMessage>> {
     return peekAt(this.cell, boundary)
@@ -938,7 +1078,12 @@ class InboxImpl implements InboxInternal {
     return this.cell.projection.stateOf(id)
   }
   sizes(): { readonly nextTurn: number; readonly nextStep: number } {
-    const { lists } = this.cell.projection
+    const cell = this.cell
+    const floor = floorOf(cell)
+    if (floor > 0) {
+      return { nextTurn: liveOf(cell, "next-turn", floor).length, nextStep: liveOf(cell, "next-step", floor).length }
+    }
+    const { lists } = cell.projection
     return { nextTurn: lists["next-turn"].length, nextStep: lists["next-step"].length }
   }
   withLock<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> {
@@ -952,7 +1097,9 @@ class InboxImpl implements InboxInternal {
   }
   private pending(): boolean {
     const { lists } = this.cell.projection
-    return lists["next-turn"].length + lists["next-step"].length > 0
+    if (floorOf(this.cell) === 0) return lists["next-turn"].length + lists["next-step"].length > 0
+    const { nextStep, nextTurn } = this.sizes()
+    return nextTurn + nextStep > 0
   }
 }
 

@@ -213,3 +213,21 @@ export const isLosslessParsedJson = (value: unknown, maxDepth: number = MAX_DEPT
       return false
   }
 }
+
+/**
+ * Whether a value that `JSON.parse` produced nests containers deeper than `maxDepth` (DUR-10,
+ * SEC-05): checked before anything walks the value recursively, so a deep body is refused instead
+ * of overflowing the stack. Never recurses deeper than `maxDepth + 1`.
+ *
+ * @internal
+ */
+export const nestsDeeperThan = (value: unknown, maxDepth: number = MAX_DEPTH): boolean => {
+  if (typeof value !== "object" || value === null) return false
+  if (maxDepth <= 0) return true
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) if (nestsDeeperThan(value[i], maxDepth - 1)) return true
+    return false
+  }
+  for (const key in value) if (nestsDeeperThan((value as Record<string, unknown>)[key], maxDepth - 1)) return true
+  return false
+}

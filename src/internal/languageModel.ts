@@ -11,11 +11,14 @@ import { Prompt } from "@effect/ai"
 import type { AiError, LanguageModel, Response } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
 import { Clock, Context, Effect, Schema, Stream } from "effect"
+import type { Duration } from "effect"
 import { ModelError } from "../AgentError.js"
 import type { ModelChunk, ModelRequest, ToolSchema } from "../Model.js"
 import type { FinishReason } from "../SessionEvent.js"
 import { normalizeUsage } from "./modelOutput.js"
 import * as providerHttp from "./providerHttp.js"
+import { OutputBudget } from "./providerOutput.js"
+import type { Limits } from "./providerOutput.js"
 import type { RequestWatch, Timeouts } from "./modelTimeouts.js"
 import { withAbortingTimeouts, withTimeouts } from "./modelTimeouts.js"
 import { mapChunksOrFail, optionsKey } from "./wireParts.js"
@@ -127,11 +130,12 @@ const parsedOrText = (text: string): unknown => {
 
 /**
  * The `ModelError` of an `AiError` (MOD-04). The wire models fail with an `UnknownError` whose
- * cause is the `ModelError`; other providers' errors map by kind and HTTP status.
+ * cause is the `ModelError`; other providers' errors map by kind and HTTP status (a retry header
+ * asks for at most `maxRetryDelay`, SEC-02).
  *
  * @internal
  */
-export const modelErrorOf = (error: AiError.AiError, now: number): ModelError => {
+export const modelErrorOf = (error: AiError.AiError, now: number, maxRetryDelay: Duration.Duration): ModelError => {
   switch (error._tag) {
     case "UnknownError":
       return error.cause instanceof ModelError
@@ -144,7 +148,8 @@ export const modelErrorOf = (error: AiError.AiError, now: number): ModelError =>
         error.response.headers,
         error.body ?? error.description ?? "",
         undefined,
-        now
+        now,
+        maxRetryDelay
       )
     case "HttpRequestError":
       return new ModelError({ code: "NETWORK", reason: `${error.module}: ${error.description ?? error.reason}` })
@@ -179,11 +184,14 @@ const finishOf = (reason: Response.FinishReason): FinishReason | ModelError => {
 /**
  * Stream parts to chunks. Tool calls are built from `tool-params-*` parts (the model's raw text,
  * MOD-02) when the provider streams them, else from the `tool-call` part (its raw text when a
- * wire model gave it, else the JSON of the decoded parameters: where MOD-02 degrades).
+ * wire model gave it, else the JSON of the decoded parameters: where MOD-02 degrades). What the
+ * message grows by is charged to `budget` (SEC-02).
  */
 class Assembly {
   private readonly params = new Map<string, { name: string; text: string }>()
   private readonly emitted = new Set<string>()
+
+  constructor(private readonly budget: OutputBudget) {}
 
   /** Pushes the chunks of one part, or returns the failure it stands for. */
   onPart(
@@ -192,18 +200,23 @@ class Assembly {
   ): ModelError | undefined {
     switch (part.type) {
       case "text-delta":
+        this.budget.text(part.delta)
         if (part.delta !== "") out.push({ _tag: "TextDelta", text: part.delta })
-        return undefined
+        return this.budget.failure
       case "reasoning-delta":
+        this.budget.text(part.delta)
         if (part.delta !== "") out.push({ _tag: "ReasoningDelta", text: part.delta })
-        return undefined
+        return this.budget.failure
       case "tool-params-start":
+        this.budget.part()
         this.params.set(part.id, { name: part.name, text: "" })
-        return undefined
+        return this.budget.failure
       case "tool-params-delta": {
         const call = this.params.get(part.id)
-        if (call !== undefined) call.text += part.delta
-        return undefined
+        if (call === undefined) return undefined
+        this.budget.text(part.delta)
+        call.text += part.delta
+        return this.budget.failure
       }
       case "tool-params-end": {
         const call = this.params.get(part.id)
@@ -216,9 +229,15 @@ class Assembly {
         if (this.emitted.has(part.id) || part.providerExecuted === true) return undefined
         this.emitted.add(part.id)
         const raw = part.metadata?.[optionsKey]?.["arguments"]
-        const text = typeof raw === "string" ? raw : this.params.get(part.id)?.text ?? JSON.stringify(part.params)
+        const params = this.params.get(part.id)
+        const text = typeof raw === "string" ? raw : params?.text ?? JSON.stringify(part.params)
+        // a call without params parts was not charged yet
+        if (params === undefined) {
+          this.budget.part()
+          this.budget.text(text)
+        }
         out.push({ _tag: "ToolCall", callId: part.id, name: part.name, arguments: text })
-        return undefined
+        return this.budget.failure
       }
       case "finish": {
         const reason = finishOf(part.reason)
@@ -311,10 +330,11 @@ const describe = (error: unknown): string => {
 export const streamOf = (
   model: LanguageModel.Service,
   request: ModelRequest,
-  timeouts: Timeouts
+  timeouts: Timeouts,
+  limits: Limits
 ): Stream.Stream<ModelChunk, ModelError> =>
   Stream.suspend(() => {
-    const assembly = new Assembly()
+    const assembly = new Assembly(new OutputBudget(request.provider, limits.maxEventBytes))
     const parts = model.streamText({
       prompt: promptOf(request),
       toolkit: toolkitOf(request.tools),
@@ -322,7 +342,9 @@ export const streamOf = (
     })
     const chunks = mapChunksOrFail(
       Stream.catchAll(parts, (error) =>
-        Stream.fromEffect(Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(modelErrorOf(error, now))))),
+        Stream.fromEffect(
+          Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(modelErrorOf(error, now, limits.maxRetryDelay)))
+        )),
       (chunk, out: Array<ModelChunk>) => assembly.onParts(chunk, out),
       nothingAtTheEnd
     ).pipe(Stream.provideService(RequestSettings, { model: request.model, maxTokens: request.maxTokens }))

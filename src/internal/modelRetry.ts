@@ -23,7 +23,10 @@ export interface RetryPolicy {
   readonly base?: Duration.DurationInput | undefined
   /** The growth of each next delay. Default 2. */
   readonly factor?: number | undefined
-  /** The longest backoff delay; a provider's `Retry-After` is honoured even when longer. Default 30 seconds. */
+  /**
+   * The longest backoff delay; a provider's `Retry-After` is honoured even when longer (our adapters
+   * cap what a header may ask at their `maxRetryDelay`, SEC-02). Default 30 seconds.
+   */
   readonly maxDelay?: Duration.DurationInput | undefined
 }
 

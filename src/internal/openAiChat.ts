@@ -8,6 +8,7 @@
 import type { LanguageModel, Prompt, Response } from "@effect/ai"
 import { ModelError } from "../AgentError.js"
 import * as providerHttp from "./providerHttp.js"
+import type { OutputBudget } from "./providerOutput.js"
 import * as wire from "./wireParts.js"
 import type { WireOptions } from "./wireParts.js"
 
@@ -144,7 +145,7 @@ const finishReason = (reason: string | undefined, hasCalls: boolean): Response.F
   }
 }
 
-/** The state of one streamed reply. */
+/** The state of one streamed reply; what it keeps of the message is charged to `budget` (SEC-02). */
 class ChatReply implements wire.SseReply {
   text = false
   reasoning = false
@@ -153,7 +154,7 @@ class ChatReply implements wire.SseReply {
   finished = false
   usage: unknown = undefined
 
-  constructor(readonly provider: string) {}
+  constructor(readonly provider: string, private readonly budget: OutputBudget) {}
 
   /** Tells the sink what the data of one SSE event says, or returns the failure it reports. */
   onEvent<B>(data: string, sink: wire.ReplySink<B>): ModelError | undefined {
@@ -187,10 +188,12 @@ class ChatReply implements wire.SseReply {
       if (typeof reasoning === "string" && reasoning !== "") {
         if (!this.reasoning) sink.reasoningStart("reasoning-0")
         this.reasoning = true
+        this.budget.text(reasoning)
         sink.reasoningDelta("reasoning-0", reasoning)
       }
       const content = delta["content"]
       if (typeof content === "string" && content !== "") {
+        this.budget.text(content)
         if (!this.text) sink.textStart("text-0")
         this.text = true
         sink.textDelta("text-0", content)
@@ -209,14 +212,21 @@ class ChatReply implements wire.SseReply {
     if (call === undefined) {
       call = { id: "", name: "", text: "" }
       this.calls.set(index, call)
+      this.budget.part()
     }
     const id = wire.field(fragment, "id")
     if (typeof id === "string" && id !== "") call.id = id
     const fn = wire.field(fragment, "function")
     const name = wire.field(fn, "name")
-    if (typeof name === "string") call.name = call.name === name ? name : call.name + name
+    if (typeof name === "string" && call.name !== name) {
+      this.budget.text(name)
+      call.name += name
+    }
     const args = wire.field(fn, "arguments")
-    if (typeof args === "string") call.text += args
+    if (typeof args === "string") {
+      this.budget.text(args)
+      call.text += args
+    }
   }
 
   /** Tells the sink how the reply closes, or returns `NETWORK` when it never said it was complete. */
@@ -249,4 +259,4 @@ class ChatReply implements wire.SseReply {
  *
  * @internal
  */
-export const reply = (provider: string): wire.SseReply => new ChatReply(provider)
+export const reply = (provider: string, budget: OutputBudget): wire.SseReply => new ChatReply(provider, budget)

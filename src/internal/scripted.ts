@@ -29,11 +29,30 @@ const isParts = (reply: Reply): reply is ReadonlyArray<ReplyPart> => Array.isArr
  * one delta (and never half of a surrogate pair).
  */
 const halves = (text: string): ReadonlyArray<string> => {
-  const codePoints = Array.from(text)
-  if (codePoints.length === 0) return []
-  if (codePoints.length === 1) return [text]
-  const middle = Math.ceil(codePoints.length / 2)
-  return [codePoints.slice(0, middle).join(""), codePoints.slice(middle).join("")]
+  // counted in place: an array of a long text's code points cost ~190 ms per 1 MB reply (SEC-10's test)
+  const count = codePointCount(text)
+  if (count === 0) return []
+  if (count === 1) return [text]
+  const middle = codeUnitOffset(text, Math.ceil(count / 2))
+  return [text.slice(0, middle), text.slice(middle)]
+}
+
+/** Whether the code units at `i` and `i + 1` are a surrogate pair (one code point). */
+const isPairAt = (text: string, i: number): boolean =>
+  (text.charCodeAt(i) & 0xfc00) === 0xd800 && i + 1 < text.length && (text.charCodeAt(i + 1) & 0xfc00) === 0xdc00
+
+/** The number of code points of `text` (as `Array.from` counts them: a lone surrogate is one). */
+const codePointCount = (text: string): number => {
+  let count = 0
+  for (let i = 0; i < text.length; i++, count++) if (isPairAt(text, i)) i++
+  return count
+}
+
+/** The code unit offset of code point number `n` of `text`. */
+const codeUnitOffset = (text: string, n: number): number => {
+  let i = 0
+  for (let seen = 0; seen < n; seen++) i += isPairAt(text, i) ? 2 : 1
+  return i
 }
 
 const textDelta = (text: string): ModelChunk => Object.freeze({ _tag: "TextDelta", text })

@@ -106,7 +106,7 @@ export const toSchema = (tool: Any): ToolSchema =>
     name: tool.name,
     description: tool.description,
     parameters: tool.parameters,
-    jsonSchema: jsonSchemaOf(tool.parameters)
+    jsonSchema: tool.jsonSchema ?? jsonSchemaOf(tool.parameters)
   })
 
 /**
@@ -248,7 +248,7 @@ export const makeToolRegistry = (options: {
     Effect.gen(function*() {
       yield* active
       // Fail at registration, not in the middle of a turn, when the parameters have no JSON schema.
-      yield* Effect.sync(() => jsonSchemaOf(tool.parameters))
+      if (tool.jsonSchema === undefined) yield* Effect.sync(() => jsonSchemaOf(tool.parameters))
       const services = yield* Effect.context<R>()
       const registered: Any = {
         name: tool.name,
@@ -262,7 +262,8 @@ export const makeToolRegistry = (options: {
             const run = tool.run(args, context)
             return Effect.provide(Option.isSome(current) ? Effect.withParentSpan(run, current.value) : run, services)
           }),
-        ...(tool.timeout !== undefined ? { timeout: tool.timeout } : {})
+        ...(tool.timeout !== undefined ? { timeout: tool.timeout } : {}),
+        ...(tool.jsonSchema !== undefined ? { jsonSchema: tool.jsonSchema } : {})
       }
       Object.freeze(registered)
       yield* Effect.acquireRelease(

@@ -10,6 +10,7 @@ import { Tool as AiTool } from "@effect/ai"
 import { Cause, Channel, Chunk, Effect, Option, Schema, Stream } from "effect"
 import { ModelError } from "../AgentError.js"
 import type { RequestWatch } from "./modelTimeouts.js"
+import { OutputBudget, outputTooLarge } from "./providerOutput.js"
 import * as sse from "./sse.js"
 
 /**
@@ -280,7 +281,8 @@ export class PartsSink implements ReplySink<Response.StreamPartEncoded> {
 /**
  * The state of one streamed reply of a wire protocol: it tells the sink what the data of each SSE
  * event says, then what the reply's end says, or returns the failure (a provider error or a
- * malformed event fails the stream).
+ * malformed event fails the stream). What it keeps of the message (text, reasoning, tool calls)
+ * it charges to the reply's {@link OutputBudget} (SEC-02).
  *
  * @internal
  */
@@ -321,12 +323,16 @@ export const mapChunksOrFail = <A, B, E, E2, R>(
 
 /**
  * Where an SSE reply comes from: the body of a streaming request once it answered, what a failure
- * of that body means, what must not leave in an error (the key, MOD-03), and, for our wire
- * models' own requests, the watch of their timeouts (MOD-04).
+ * of that body means, what must not leave in an error (the key, MOD-03, SEC-08), how large an
+ * event and the reply may grow (SEC-02), and, for our wire models' own requests, the watch of
+ * their timeouts (MOD-04).
  *
  * @internal
  */
 export interface SseSource<E> {
+  readonly provider: string
+  /** The largest SSE event and the largest assistant message, in UTF-8 bytes (SEC-02). */
+  readonly maxEventBytes: number
   readonly open: Effect.Effect<Stream.Stream<Uint8Array, E>, ModelError>
   /** The failure of a body that broke off (a transport error mid-stream). */
   readonly dropped: (error: E) => ModelError
@@ -344,19 +350,22 @@ type SseChannel<B, E> = Channel.Channel<Chunk.Chunk<B>, Chunk.Chunk<Uint8Array>,
  * mapping errors or for the timeouts' watch, each of which cost Effect operations per network
  * read and per request). With a watch, it is told when each wait for the provider starts — when
  * the consumer asks for more, not while it is busy — and ends; once a timeout fired (aborting the
- * request), what follows fails with it.
+ * request), what follows fails with it. An event or a reply over `maxEventBytes` fails the stream
+ * `OUTPUT_TOO_LARGE` with the network read that took it over (SEC-02); ending the stream aborts
+ * the request.
  *
  * @internal
  */
 export const sseStream = <B, E>(
   source: SseSource<E>,
-  makeReply: () => SseReply,
+  makeReply: (budget: OutputBudget) => SseReply,
   makeSink: () => ReplySink<B>
 ): Stream.Stream<B, ModelError> =>
   // Channel.flatMap over the opening, not Stream.unwrap (≈140 Effect operations per request more)
   Stream.fromChannel(Channel.flatMap(Channel.fromEffect(source.open), (body) => {
-    const parser = new sse.Parser()
-    const reply = makeReply()
+    const parser = new sse.Parser(source.maxEventBytes)
+    const budget = new OutputBudget(source.provider, source.maxEventBytes)
+    const reply = makeReply(budget)
     const sink = makeSink()
     const events: Array<string> = []
     const watch = source.watch
@@ -369,7 +378,9 @@ export const sseStream = <B, E>(
         for (const data of events) {
           const error = reply.onEvent(data, sink)
           if (error !== undefined) return error
+          if (budget.failure !== undefined) return budget.failure
         }
+        if (parser.tooLarge) return outputTooLarge(source.provider, "an event", source.maxEventBytes)
       }
       return undefined
     }

@@ -9,7 +9,8 @@
  *    `verified <session> …` or `violation <session> <what>`. This is a fresh process, so it sees
  *    only what the killed one made durable;
  * 2. works (unless `--final`): on each work session (`--work`), `--ops` random verbs from the
- *    PRNG of `--seed`: followup, steer, inject, cancel with and without `keepInbox`, a 1 MiB
+ *    PRNG of `--seed`: followup, steer, inject, cancel with and without `keepInbox` (raced by up to
+ *    two sends started after its call, which it must never discard: SEC-11), a 1 MiB
  *    follow-up (`--big`: its probability), custom `chaos/note` events; the scripted model calls a
  *    tool that takes a while and a quick one, in parallel. Each acknowledged verb is printed
  *    (`ack`, `cancel-start`/`cancel`, `event`; see journal.ts) right after its Effect succeeded;
@@ -28,7 +29,7 @@
 import { NodeRuntime } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql"
 import { SqliteClient } from "@effect/sql-sqlite-node"
-import { Context, Effect, Either, Layer, Logger, Option, Schedule, Schema } from "effect"
+import { Context, Effect, Either, Fiber, Layer, Logger, Option, Schedule, Schema } from "effect"
 import * as nodeFs from "node:fs"
 import * as path from "node:path"
 import { parseArgs } from "node:util"
@@ -322,9 +323,31 @@ const workOn = (id: string, handle: AgentHandle, rng: Prng.Prng, config: CycleCo
         }
         case "cancel": {
           const mode = rng.chance(0.5) ? "keep" : "drop"
-          yield* emit(`cancel-start ${id} ${mode}`)
-          const cancel = agent.cancel({ kind: "user" }, { keepInbox: mode === "keep" })
-          yield* attempt(id, `cancel ${mode}`, Effect.zipRight(cancel, emit(`cancel ${id} ${mode}`)))
+          // SEC-11: sends racing the cancel — some started before it (their writes in flight at its
+          // call), some after. Each prints its `ack` in the slice its splice committed in, and the
+          // cancel prints `cancel-start` in the slice it is called in: a send acknowledged after that
+          // line must never be discarded by this cancel, which the verifier checks
+          const racer = (i: number) => {
+            const verb = rng.weighted<"followup" | "steer" | "inject">([["followup", 2], ["steer", 2], ["inject", 1]])
+            const racerKey = `${key}.r${i}`
+            const message = Message.user(`${verb} ${racerKey}`, { id: racerKey })
+            return attempt(
+              id,
+              `${verb} ${racerKey} racing a cancel`,
+              Effect.zipRight(agent[verb](message), emit(`ack ${id} ${racerKey} ${verb}`))
+            )
+          }
+          const before = Array.from({ length: rng.int(0, 2) }, (_, i) => racer(i))
+          const after = Array.from({ length: rng.int(0, 1) }, (_, i) => racer(2 + i))
+          const racing = yield* Effect.forEach(before, (send) => Effect.fork(send))
+          if (before.length > 0) yield* Effect.yieldNow()
+          const cancel = emit(`cancel-start ${id} ${mode}`).pipe(
+            Effect.zipRight(agent.cancel({ kind: "user" }, { keepInbox: mode === "keep" })),
+            Effect.zipRight(emit(`cancel ${id} ${mode}`))
+          )
+          racing.push(yield* Effect.fork(attempt(id, `cancel ${mode}`, cancel)))
+          for (const send of after) racing.push(yield* Effect.fork(send))
+          yield* Fiber.joinAll(racing)
           break
         }
         case "note": {

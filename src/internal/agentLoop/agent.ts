@@ -78,7 +78,7 @@ const allToolsOf = (loop: Loop, build: Build) =>
       : Effect.map(own, (perAgent) => internalTools.resolveTools([], perAgent))
   })
 
-/** The agent's driver (SPEC §3, §8): its activities run as the agent's initiator (§6). */
+/** The agent's driver (§8): its activities run as the agent's initiator (§6). */
 const driverOf = (
   loop: Loop,
   build: Build,

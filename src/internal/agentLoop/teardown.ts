@@ -172,7 +172,7 @@ export const startTeardown = (
 export const teardown = (loop: Loop, build: Build, publisher: AgentPublisher) =>
   Effect.withFiberRuntime<void, AgentError.AgentDisposeError>((fiber) => startTeardown(loop, fiber, build, publisher))
 
-/** What owners' finalizers run (OWN-01, FAC-04): they cannot fail, so they log a failed teardown. @internal */
+/** What owners' finalizers run (LIFE-02, FAC-04): they cannot fail, so they log a failed teardown. @internal */
 export const ownerFinalizer = (loop: Loop, build: Build, publisher: AgentPublisher): Effect.Effect<void> =>
   Effect.withFiberRuntime((fiber) => {
     const outcome = startTeardown(loop, fiber, build, publisher)

@@ -31,7 +31,7 @@ export const interruptActivity = (activity: Activity): Effect.Effect<void> => {
  * @internal
  */
 export const request = (state: DriverState, work: Effect.Effect<void>): Effect.Effect<Activity> => {
-  const activity: Activity = { work, fiber: undefined, interrupted: false }
+  const activity: Activity = { work, fiber: undefined, interrupted: false, cause: Option.none(), cancelMark: 0 }
   if (state.wakes !== undefined) {
     state.wakes.unsafeOffer(undefined)
     return Effect.succeed(activity)
@@ -61,24 +61,22 @@ const drainFiber = (state: DriverState, queue: Queue.Queue<void>): Effect.Effect
  * Starts the requested activity, if one waits, and observes its end (CORE-01). Without the state
  * lock (turn gate, B5: taking it here cost 30 Effect operations per turn, 808 > 800): only this fiber
  * starts activities and only a started activity settles, so the requested one cannot change
- * meanwhile; a cancel that comes meanwhile marks it `interrupted` (seen below, after the fork) and
- * records its cause in the phase, which is read again once the fiber exists.
+ * meanwhile; a cancel that comes meanwhile records its cause on the activity and marks it
+ * `interrupted` (seen below, after the fork).
  */
 const startRequested = (state: DriverState): Effect.Effect<void> =>
   Effect.suspend(() => {
     const requested = state.phase
     if (requested._tag === "Idle" || requested.activity.fiber !== undefined) return Effect.void
     const activity = requested.activity
-    // the activity's cancel cause, readable without effects (the claim guard, INB-06)
-    state.cancelCell = requested.cause
+    // its cancel cause becomes `cancelCell`, readable without effects (the claim guard, INB-06)
+    state.started = activity
     // the activity starts uninterruptible (forked from this uninterruptible fiber): an interruption
     // that arrives before its first instruction still lets it write its closers (CAN-05)
     return Effect.flatMap(
       Effect.fork(Effect.zipRight(FiberRef.set(currentActivity, activity), activity.work)),
       (fiber) => {
         activity.fiber = fiber
-        const current = state.phase
-        if (current._tag !== "Idle" && current.activity === activity) state.cancelCell = current.cause
         if (activity.interrupted) fiber.unsafeInterruptAsFork(FiberId.none)
         return Effect.flatMap(Effect.interruptible(Fiber.await(fiber)), (exit) => afterActivity(state, activity, exit))
       }

@@ -40,7 +40,8 @@ export const drain = (state: DriverState, firstTurn: number): Effect.Effect<void
 const nextTurn = (state: DriverState, phase: Phase, outcome: Option.Option<TurnOutcome>) =>
   Effect.gen(function*() {
     const continues = Option.isSome(outcome) && outcome.value.continues &&
-      !state.disposing && Option.isNone(state.broken) && phase._tag === "Running" && Option.isNone(phase.cause)
+      !state.disposing && Option.isNone(state.broken) && phase._tag === "Running" &&
+      Option.isNone(phase.activity.cause)
     if (continues && (yield* state.deps.inbox.hasPending)) {
       const turn = state.sessionCore.lastTurn() + 1
       const opened = yield* Effect.exit(state.sessionCore.appendCore([{ type: "turn/start", data: { turn } }]))
@@ -51,6 +52,16 @@ const nextTurn = (state: DriverState, phase: Phase, outcome: Option.Option<TurnO
   })
 
 /**
+ * DLV-06, SEC-11: the latch of an activity. A cancelled one's is the waking input that arrived after
+ * its latest cancel was called (input pending at that call stays parked, or was discarded); any
+ * other's is the flag a waking send during maintenance set (AGT-04).
+ */
+const isLatched = (state: DriverState, phase: Phase): boolean =>
+  phase._tag !== "Idle" && (Option.isSome(phase.activity.cause)
+    ? state.deps.inbox.hasPendingWakingFrom(phase.activity.cancelMark)
+    : phase.wakeRequested)
+
+/**
  * DLV-06: the current activity converged: start the latched wake as a new activity, still
  * `running`, or go idle. Runs under the state lock (`modifyPhase`).
  *
@@ -58,7 +69,7 @@ const nextTurn = (state: DriverState, phase: Phase, outcome: Option.Option<TurnO
  */
 export const settle = (state: DriverState, phase: Phase) =>
   Effect.gen(function*() {
-    const latched = phase._tag !== "Idle" && phase.wakeRequested
+    const latched = isLatched(state, phase)
     if (latched && !state.disposing && Option.isNone(state.broken) && (yield* state.deps.inbox.hasPending)) {
       const opened = yield* startDrain(state)
       if (Option.isSome(opened)) return [Option.none<number>(), opened.value] as const
@@ -78,7 +89,7 @@ export const startDrain = (state: DriverState) =>
     }
     yield* setStatus(state, "running")
     const activity = yield* request(state, drain(state, turn))
-    return Option.some<Phase>({ _tag: "Running", activity, cause: Option.none(), wakeRequested: false })
+    return Option.some<Phase>({ _tag: "Running", activity, wakeRequested: false })
   })
 
 /**

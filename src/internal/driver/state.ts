@@ -1,13 +1,13 @@
 /**
- * The driver's state record and the one place it changes (SPEC §3, item 3): the phase
+ * The driver's state record and the one place it changes (§8: one state machine): the phase
  * (`Idle | Maintenance | Running`), changed only under the state lock as a `SynchronizedRef` would be
- * (`modifyPhase`); the status the agent reports (AGT-03); the publication gate (PUB-11); and the
+ * (`modifyPhase`); the status the agent reports (AGT-02); the publication gate (PUB-11); and the
  * broken flag set by a failed durable write (SES-02b).
  *
  * @internal
  */
 import type { Either, Fiber, Queue } from "effect"
-import { Deferred, Effect, Exit, FiberId, FiberRef, Option } from "effect"
+import { Cause, Deferred, Effect, Exit, FiberId, FiberRef, Option } from "effect"
 import type { Agent, AgentOptions } from "../../Agent.js"
 import * as AgentError from "../../AgentError.js"
 import { AgentEvent, type AgentStatus } from "../../AgentEvent.js"
@@ -65,23 +65,39 @@ export interface Activity {
   fiber: Fiber.RuntimeFiber<void> | undefined
   /** An interruption was requested (a cancel, or the maintenance caller's interruption). */
   interrupted: boolean
+  /** CAN-04: the cause of the first cancel called on it, set at that cancel's call (SEC-11). */
+  cause: Option.Option<CancelCause>
+  /**
+   * DLV-06, SEC-11: the inbox mark of the latest cancel called on it. Once it is cancelled, its
+   * latched wake is exactly "a message sent waking was inserted at or after this mark and is pending".
+   */
+  cancelMark: number
 }
 
-/** The state machine's phase (SPEC §3, item 3). @internal */
+/**
+ * The state machine's phase (§8): `Idle`, `Maintenance` (AGT-03) or `Running`. `wakeRequested` is
+ * the latch of an activity that was not cancelled (AGT-04); a cancelled one's latch is read from the
+ * inbox (`Activity.cancelMark`).
+ *
+ * @internal
+ */
 export type Phase =
   | { readonly _tag: "Idle" }
-  | {
-    readonly _tag: "Maintenance"
-    readonly activity: Activity
-    readonly cause: Option.Option<CancelCause>
-    readonly wakeRequested: boolean
-  }
-  | {
-    readonly _tag: "Running"
-    readonly activity: Activity
-    readonly cause: Option.Option<CancelCause>
-    readonly wakeRequested: boolean
-  }
+  | { readonly _tag: "Maintenance"; readonly activity: Activity; readonly wakeRequested: boolean }
+  | { readonly _tag: "Running"; readonly activity: Activity; readonly wakeRequested: boolean }
+
+/**
+ * SEC-11: a cancel called while a phase transition was under way (the state lock held): it also
+ * applies to the activity that transition leaves in the phase, as soon as it does.
+ *
+ * @internal
+ */
+export interface PendingCancel {
+  readonly cause: CancelCause
+  readonly mark: number
+  /** The activity the transition left (set when it ended; stays unset when it left none or failed). */
+  appliedTo: Activity | undefined
+}
 
 /** The idle phase: one value shared by every driver (it carries nothing). @internal */
 export const idle: Phase = { _tag: "Idle" }
@@ -96,7 +112,7 @@ export class DriverState {
   /** The state machine's phase, changed only under `phaseLock` (`modifyPhase`, `updatePhase`). */
   phase: Phase = idle
   phaseLock: Lock | undefined = undefined
-  /** What `agent.status` reports (AGT-03); changes are announced as `AgentStatusChanged`. */
+  /** What `agent.status` reports (AGT-02); changes are announced as `AgentStatusChanged`. */
   status: AgentStatus = "idle"
   /** PUB-11: the gate's value once set (first wins), and the Deferred senders wait on before. */
   gateValue: boolean | undefined = undefined
@@ -109,8 +125,12 @@ export class DriverState {
   latchedWake = false
   /** The last `request/config` written (a new one is written only when it changes, SPEC §8). */
   lastConfig: string | undefined = undefined
-  /** The cancel cause of the current activity, readable without effects (the claim guard, INB-06). */
-  cancelCell: Option.Option<CancelCause> = Option.none()
+  /** The activity the drain fiber started last (its cancel cause is `cancelCell`). */
+  started: Activity | undefined = undefined
+  /** SEC-11: a transition of the phase is under way (its body runs under the state lock). */
+  transitioning = false
+  /** SEC-11: cancels called during the transition under way, applied to the activity it leaves. */
+  pendingCancels: Array<PendingCancel> | undefined = undefined
   /** The drain fiber's wake-ups (CORE-04): one pending is enough, the drain starts what the phase holds. */
   wakes: Queue.Queue<void> | undefined = undefined
   /** Completed (and cleared) when the phase next becomes `Idle`: what `whenIdle` callers wait on. */
@@ -119,6 +139,24 @@ export class DriverState {
   constructor(readonly deps: DriverDeps) {
     this.sessionCore = core(deps.session)
   }
+  /**
+   * The cancel cause of the started activity, readable without effects (the claim guard, INB-06):
+   * set at the cancel's call (SEC-11).
+   */
+  get cancelCell(): Option.Option<CancelCause> {
+    return this.started === undefined ? Option.none() : this.started.cause
+  }
+}
+
+/**
+ * CAN-04, DLV-06, SEC-11: a cancel called on `activity`: the first cause wins; its latched wake is
+ * from now on only what is sent waking after `mark`. A plain update, made at the cancel's call.
+ *
+ * @internal
+ */
+export const applyCancel = (activity: Activity, cause: CancelCause, mark: number): void => {
+  if (Option.isNone(activity.cause)) activity.cause = Option.some(cause)
+  if (mark > activity.cancelMark) activity.cancelMark = mark
 }
 
 /**
@@ -135,9 +173,12 @@ export const modifyPhase = <A, E>(
   f: (current: Phase) => Effect.Effect<readonly [A, Phase], E>
 ): Effect.Effect<A, E> =>
   (state.phaseLock ??= makeLock()).withLockUninterruptibly(
-    Effect.flatMap(Effect.suspend(() => f(state.phase)), (result) => {
-      setPhase(state, result[1])
-      return Effect.succeed(result[0])
+    Effect.matchCauseEffect(Effect.suspend(() => transition(state, f)), {
+      onFailure: (cause) => abandonTransition(state, cause),
+      onSuccess: (result) => {
+        setPhase(state, result[1])
+        return Effect.succeed(result[0])
+      }
     })
   )
 
@@ -147,22 +188,54 @@ export const updatePhase = <E>(
   f: (current: Phase) => Effect.Effect<Phase, E>
 ): Effect.Effect<void, E> =>
   (state.phaseLock ??= makeLock()).withLockUninterruptibly(
-    Effect.flatMap(Effect.suspend(() => f(state.phase)), (next) => {
-      setPhase(state, next)
-      return Effect.void
+    Effect.matchCauseEffect(Effect.suspend(() => transition(state, f)), {
+      onFailure: (cause) => abandonTransition(state, cause),
+      onSuccess: (next) => {
+        setPhase(state, next)
+        return Effect.void
+      }
     })
   )
 
-/** The one place the phase changes: going idle releases the `whenIdle` callers (AGT-05). @internal */
+/** A transition's body begins (under the state lock): a cancel called from now on waits for its end (SEC-11). */
+const transition = <A>(state: DriverState, f: (current: Phase) => A): A => {
+  state.transitioning = true
+  return f(state.phase)
+}
+
+/** A transition failed: the phase is unchanged, so cancels called meanwhile already applied to its activity. */
+const abandonTransition = <E>(state: DriverState, cause: Cause.Cause<E>): Effect.Effect<never, E> => {
+  state.transitioning = false
+  state.pendingCancels = undefined
+  return Effect.failCause(cause)
+}
+
+/**
+ * The one place the phase changes: a cancel called during the transition applies to the activity it
+ * leaves (SEC-11); going idle releases the `whenIdle` callers (AGT-05).
+ *
+ * @internal
+ */
 export const setPhase = (state: DriverState, next: Phase): void => {
   state.phase = next
+  state.transitioning = false
+  const pending = state.pendingCancels
+  if (pending !== undefined) {
+    state.pendingCancels = undefined
+    if (next._tag !== "Idle") {
+      for (const cancel of pending) {
+        applyCancel(next.activity, cancel.cause, cancel.mark)
+        cancel.appliedTo = next.activity
+      }
+    }
+  }
   if (next._tag === "Idle" && state.idleSignal !== undefined) {
     Deferred.unsafeDone(state.idleSignal, Exit.void)
     state.idleSignal = undefined
   }
 }
 
-/** AGT-03: the status, announced as `AgentStatusChanged` when it changes. @internal */
+/** AGT-02: the status, announced as `AgentStatusChanged` when it changes. @internal */
 export const setStatus = (state: DriverState, next: AgentStatus): Effect.Effect<void> =>
   Effect.suspend(() => {
     const previous = state.status
@@ -186,7 +259,11 @@ export const markBroken = (
 ): Effect.Effect<void> =>
   Effect.suspend(() => {
     if (Option.isNone(state.broken)) state.broken = Option.some(cause)
-    return state.deps.emit(AgentEvent.AgentError({
+    // SEC-03: the event says what happened in a short message; a defect itself goes to the log
+    const logged = defect === true
+      ? Effect.logError(`effect-agent: a background fiber of agent ${state.deps.id} died`, Cause.die(cause))
+      : Effect.void
+    return Effect.zipRight(logged, state.deps.emit(AgentEvent.AgentError({
       agent: state.deps.id,
       turn,
       error: defect === true
@@ -198,7 +275,7 @@ export const markBroken = (
           message: "a durable write failed; the agent takes no more input until it is resumed",
           code: "PERSISTENCE"
         }
-    }))
+    })))
   })
 
 /** Why the agent takes no input now (disposing, LIFE-01; or broken, SES-02b), if so. @internal */

@@ -10,6 +10,7 @@
  */
 import type { Tracer } from "effect"
 import { Cause, Duration, Effect, Either, Exit, Option } from "effect"
+import { ToolUnavailable } from "../../AgentError.js"
 import { AgentEvent } from "../../AgentEvent.js"
 import type { ContentPart, MessageId } from "../../Message.js"
 import type { CoreEventInput } from "../../SessionEvent.js"
@@ -84,13 +85,17 @@ const returnedOutcome = (call: PendingCall, value: unknown): readonly [ToolOutco
   return [{ message }, output.right.concludesTurn]
 }
 
-/** The result of a call whose body failed with `error`: the model sees the failure (TOOL). */
+/**
+ * The result of a call whose body failed with `error`: the model sees the failure (TOOL).
+ * `ToolUnavailable` (an MCP server that is down, MCP-02) has its own code.
+ */
 const failedOutcome = (call: PendingCall, error: unknown): ToolOutcome => {
   const name = typeof error === "object" && error !== null && "_tag" in error
     ? String((error as { readonly _tag: unknown })._tag)
     : "ToolFailed"
   const text = error instanceof Error ? error.message : typeof error === "string" ? error : name
-  return { message: textResult(call, `The tool failed: ${text}`, true), error: { name, code: "TOOL_FAILED" } }
+  const code = error instanceof ToolUnavailable ? "TOOL_UNAVAILABLE" : "TOOL_FAILED"
+  return { message: textResult(call, `The tool failed: ${text}`, true), error: { name, code } }
 }
 
 /**

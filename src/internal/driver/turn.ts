@@ -121,6 +121,8 @@ const openStep = (state: DriverState, ctx: TurnContext, step: number) =>
 function* enterStep(state: DriverState, ctx: TurnContext, step: number) {
   const deps = state.deps
   const isCanceled = () => Option.isSome(state.cancelCell)
+  // a cancel was called (its interruption may still be on its way, SEC-11): no further step opens
+  if (isCanceled()) return yield* Effect.interrupt
   const peeked = yield* deps.inbox.peek(step === 1 ? "turn" : "step")
   const decision = yield* Effect.interruptible(
     deps.hooks.runPreStep({ agent: deps.agent(), turn: ctx.turn, step }, peeked)
@@ -294,7 +296,14 @@ const errorReason = (cause: Cause.Cause<unknown>): TurnEndReason => {
     const message = error instanceof Error ? error.message : String(error)
     return { kind: "error", error: { message, code: tag } }
   }
-  return { kind: "error", error: { message: Cause.pretty(cause), code: "DEFECT" } }
+  // SEC-03: what the log, the event stream and the inspector keep of a defect is a short message,
+  // never its stack or the paths in it; `turnRun` logs the whole cause at Error for the operator
+  const defect = Cause.squash(cause)
+  const name = defect instanceof Error && /^[A-Za-z0-9_$]{1,40}$/.test(defect.name) ? defect.name : "Error"
+  return {
+    kind: "error",
+    error: { message: `the turn failed unexpectedly (a defect, ${name}); the process's log has the details`, code: "DEFECT" }
+  }
 }
 
 /** OBS-01: the turn's attributes once it ended (its end reason, steps, usage, error). */
@@ -330,6 +339,9 @@ const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined
       : Option.isSome(cause)
       ? { kind: "aborted", cause: cause.value }
       : errorReason(exit.cause)
+    if (Exit.isFailure(exit) && reason.kind === "error" && reason.error.code === "DEFECT") {
+      yield* Effect.logError(`effect-agent: a defect ended turn ${turn} of agent ${deps.id}`, exit.cause)
+    }
     const written = yield* Effect.exit(state.sessionCore.appendCore(closers(ctx, reason)))
     if (Exit.isFailure(written)) {
       yield* markBroken(state, Cause.squash(written.cause), turn)

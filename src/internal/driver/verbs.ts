@@ -1,7 +1,8 @@
 /**
  * The driver's verbs, each a step of the state machine under its lock: `send` (AGT-04, DLV, PUB-11's
- * gate), `cancel` (CAN-01..04), `whenIdle` (AGT-05, CORE-07), `runMaintenance` (AGT-06), `wake`
- * (HOST-03), `open` (PUB-11) and `stop` (teardown step 1, LIFE-01/06).
+ * gate), `cancel` (CAN-01..04; its call takes effect at once, without waiting for the lock: SEC-11),
+ * `whenIdle` (AGT-05, CORE-07), `runMaintenance` (AGT-03), `wake` (HOST-03), `open` (PUB-11) and
+ * `stop` (teardown step 1, LIFE-01/06).
  *
  * @internal
  */
@@ -10,10 +11,20 @@ import * as AgentError from "../../AgentError.js"
 import type { UserMessage } from "../../Message.js"
 import type * as SessionError from "../../SessionError.js"
 import type { CancelCause, InboxTarget } from "../../SessionEvent.js"
+import { make as makeLock } from "../lock.js"
 import { currentActivity, interruptActivity, request } from "./activity.js"
 import { drain, settle, startDrain, wakeIfIdle } from "./drain.js"
-import type { Activity, DriverState, Phase } from "./state.js"
-import { awaitGate, ensureUsable, modifyPhase, openGateNow, setStatus, unusable, updatePhase } from "./state.js"
+import type { Activity, DriverState, PendingCancel, Phase } from "./state.js"
+import {
+  applyCancel,
+  awaitGate,
+  ensureUsable,
+  modifyPhase,
+  openGateNow,
+  setStatus,
+  unusable,
+  updatePhase
+} from "./state.js"
 
 /** A send under the state lock: into the inbox, and a drain started or a wake latched (DLV, AGT-04). */
 const sendLocked = (
@@ -33,18 +44,15 @@ const sendLocked = (
       return inbox.insert(target, message, "end", () => [{ type: "turn/start", data: { turn } }], true).pipe(
         Effect.zipRight(setStatus(state, "running")),
         Effect.zipRight(Effect.suspend(() => request(state, drain(state, turn)))),
-        Effect.map((activity): Phase => ({ _tag: "Running", activity, cause: Option.none(), wakeRequested: false }))
+        Effect.map((activity): Phase => ({ _tag: "Running", activity, wakeRequested: false }))
       )
     }
     case "Maintenance":
     case "Running": {
-      // after a cancel, waking input waits for the next turn and is latched to run when the
-      // cancelled activity converges (DLV-06, AGT-04)
-      if (Option.isSome(phase.cause) && wake) {
-        return Effect.as(inbox.insert("next-turn", message, "end", undefined, true), {
-          ...phase,
-          wakeRequested: true
-        })
+      // after a cancel was called, waking input waits for the next turn; it is latched to run when
+      // the cancelled activity converges by being inserted after the cancel's mark (DLV-06, SEC-11)
+      if (Option.isSome(phase.activity.cause) && wake) {
+        return Effect.as(inbox.insert("next-turn", message, "end", undefined, true), phase)
       }
       // a running drain takes it at its next boundary; maintenance latches it (AGT-04)
       return Effect.as(
@@ -94,10 +102,52 @@ export const send = (
     return sendBeforePublication(state, message, target, wake)
   })
 
+/** What a cancel's call (SEC-11) decided: the activities it interrupts and the splices it writes. */
+interface CancelCall {
+  /** The activity of the phase at the call. */
+  readonly current: Activity | undefined
+  /** Set when a transition was under way at the call: it applies to the activity that transition leaves. */
+  readonly pending: PendingCancel | undefined
+  /** The `canceled` splices of what was pending at the call (none with `keepInbox`, or nothing pending). */
+  readonly discard: Effect.Effect<void, SessionError.SessionAppendError> | undefined
+}
+
 /**
- * CAN-01..04: sets the cause (first wins, CAN-04) and resets the latch, writes the canceled splices —
- * all under the state lock, so a send that sees the cause is never canceled by it — then requests the
- * interruption, even when the splices could not be written.
+ * SEC-11: a cancel's call, its linearization point, in one synchronous step. The input pending now
+ * is discarded for every reader from here on (its splices are written next), the activity gets its
+ * cause (first wins, CAN-04) so the claim guard and later sends see it at once (INB-06, DLV-06), and
+ * its latch is reset: what was sent waking before stays parked; what is sent after is latched. When
+ * a transition is under way (the state lock held, e.g. a send opening a turn), the cancel also
+ * applies to the activity that transition leaves, the moment it sets the phase. Nothing waits for a
+ * lock, so no send that comes later can get ahead of the cancel, and none is discarded by it.
+ */
+const callCancel = (state: DriverState, cause: CancelCause, keepInbox: boolean): CancelCall => {
+  const inbox = state.deps.inbox
+  const mark = inbox.mark()
+  // a wake latched by the creation's own hooks is reset like any other latch (PUB-11)
+  state.latchedWake = false
+  const phase = state.phase
+  const current = phase._tag === "Idle" ? undefined : phase.activity
+  if (current !== undefined) applyCancel(current, cause, mark)
+  let pending: PendingCancel | undefined
+  if (state.transitioning) {
+    pending = { cause, mark, appliedTo: undefined }
+    const queued = state.pendingCancels ??= []
+    queued.push(pending)
+  }
+  const discard = keepInbox ? undefined : inbox.discardBefore(mark)
+  // a teardown skips an agent that never took the state lock (`neverActive`, B1): this one must
+  // wait for the splices (`stop`)
+  if (discard !== undefined) state.phaseLock ??= makeLock()
+  return { current, pending, discard }
+}
+
+/**
+ * CAN-01..04, SEC-11: called (see `callCancel`), then the canceled splices of what was pending at
+ * the call are written (next-step first), then the interruption is requested — also when the
+ * splices could not be written. Once called, it runs to its end: a caller's interruption only stops
+ * its wait for a transition under way at the call (whose activity already has the cause, so it
+ * claims nothing and ends at its next step).
  *
  * @internal
  */
@@ -106,28 +156,25 @@ export const cancel = (
   cause: CancelCause,
   options?: { readonly keepInbox?: boolean | undefined }
 ): Effect.Effect<void, SessionError.SessionAppendError> =>
-  Effect.gen(function*() {
-    if (state.disposing && cause.kind !== "disposed") return
-    const keepInbox = options?.keepInbox === true
-    type Outcome = readonly [Activity | undefined, Exit.Exit<void, SessionError.SessionAppendError>]
-    const [activity, cleared] = yield* modifyPhase(
-      state,
-      (phase): Effect.Effect<readonly [Outcome, Phase]> =>
-        Effect.gen(function*() {
-          if (phase._tag !== "Idle" && Option.isNone(phase.cause)) state.cancelCell = Option.some(cause)
-          // a wake latched by the creation's own hooks is reset like any other latch (PUB-11)
-          state.latchedWake = false
-          const cleared = keepInbox ? Exit.void : yield* Effect.exit(state.deps.inbox.clearCanceled)
-          if (phase._tag === "Idle") return [[undefined, cleared], phase] as const
-          const next: Phase = Option.isNone(phase.cause)
-            ? { ...phase, cause: Option.some(cause), wakeRequested: false }
-            : { ...phase, wakeRequested: false }
-          return [[phase.activity, cleared], next] as const
-        })
-    )
-    if (activity !== undefined) yield* interruptActivity(activity)
-    if (Exit.isFailure(cleared)) return yield* Effect.failCause(cleared.cause)
-  })
+  Effect.uninterruptibleMask((restore) =>
+    Effect.suspend(() => {
+      if (state.disposing && cause.kind !== "disposed") return Effect.void
+      const call = callCancel(state, cause, options?.keepInbox === true)
+      return Effect.gen(function*() {
+        const cleared = call.discard === undefined ? Exit.void : yield* Effect.exit(call.discard)
+        if (call.current !== undefined) yield* interruptActivity(call.current)
+        const pending = call.pending
+        if (pending !== undefined) {
+          // the transition under way at the call has ended once the state lock is free
+          yield* restore(state.phaseLock!.withLock(Effect.void))
+          if (pending.appliedTo !== undefined && pending.appliedTo !== call.current) {
+            yield* interruptActivity(pending.appliedTo)
+          }
+        }
+        if (Exit.isFailure(cleared)) return yield* Effect.failCause(cleared.cause)
+      })
+    })
+  )
 
 const whenIdleFromOwnActivity = (state: DriverState) =>
   Effect.dieMessage(
@@ -146,7 +193,7 @@ export const whenIdle = (state: DriverState): Effect.Effect<void> =>
   })
 
 /**
- * AGT-06: runs `task` as the agent's activity when it is idle (`AgentBusy` otherwise); a cancel
+ * AGT-03: runs `task` as the agent's activity when it is idle (`AgentBusy` otherwise); a cancel
  * interrupts it (`AgentCanceled`), and so does its caller's interruption.
  *
  * @internal
@@ -167,7 +214,7 @@ export const runMaintenance = <A, E, R>(state: DriverState, task: Effect.Effect<
           Effect.zipRight(updatePhase(state, (phase) => Effect.map(settle(state, phase), ([, next]) => next)))
         )
         const activity = yield* request(state, work)
-        const maintenance: Phase = { _tag: "Maintenance", activity, cause: Option.none(), wakeRequested: false }
+        const maintenance: Phase = { _tag: "Maintenance", activity, wakeRequested: false }
         return [activity, maintenance] as const
       }))
     // the activity is forked and the handler that interrupts it with its caller installed in one
@@ -215,7 +262,8 @@ export const open = (state: DriverState, published: boolean): Effect.Effect<void
 
 /**
  * Teardown step 1 (LIFE-01/06): refuse new work, cancel with `disposed` keeping the inbox, await
- * convergence.
+ * the splices of cancels called before (SEC-11: they discard what was pending at their call, before
+ * the session closes) and convergence.
  *
  * @internal
  */
@@ -231,6 +279,7 @@ export const stop = (state: DriverState): Effect.Effect<void> =>
     openGateNow(state, false)
     return Effect.gen(function*() {
       yield* cancel(state, { kind: "disposed" }, { keepInbox: true }).pipe(Effect.ignore)
+      yield* state.deps.inbox.awaitDiscards
       yield* whenIdle(state)
     })
   })
