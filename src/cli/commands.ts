@@ -407,7 +407,7 @@ const sessions = Command.make("sessions", {}, () => usageOf(sessionsUsage)).pipe
 export const command = Command.make("effect-agent", {}, () =>
   usageOf([
     "usage: effect-agent sessions <command> [<id>] <store> [--json]",
-    `       effect-agent serve [--host h] [--port p] [--token t] [--drain s] ${storeUsage}`,
+    `       effect-agent serve [--host h] [--port p] [--token t] [--drain s] [--max-client-buffer b] ${storeUsage}`,
     "",
     "`effect-agent sessions` lists the session commands; `effect-agent <command> --help` describes one."
   ])).pipe(
