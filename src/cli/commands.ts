@@ -165,7 +165,7 @@ const reportJson = (report: inspect.Report, lock: Option.Option<LockHolder>) => 
 })
 
 /** The writer of the lock, if any: what decides whether an open turn was interrupted (SEC-09). */
-const writerOf = (lock: Option.Option<LockHolder>) => Option.getOrUndefined(Option.map(lock, (holder) => holder.writer))
+const lockWriter = (lock: Option.Option<LockHolder>) => Option.getOrUndefined(Option.map(lock, (holder) => holder.writer))
 
 const lockText = (lock: Option.Option<LockHolder>): string =>
   Option.match(lock, {
@@ -183,7 +183,7 @@ const reportFields = (report: inspect.Report, lock: Option.Option<LockHolder>): 
     ? []
     : [["Forked from", `${report.header.parentSession} (${report.header.seedLength} seed events)`] as const]),
   ["Events", `${report.eventCount}${report.lastEventAt === null ? "" : `, the last at ${iso(report.lastEventAt)}`}`],
-  ["Turns", `${report.turns}; ${inspect.describeLastTurn(report.lastTurn, writerOf(lock))}`],
+  ["Turns", `${report.turns}; ${inspect.describeLastTurn(report.lastTurn, lockWriter(lock))}`],
   ["Inbox", `${report.inbox.nextTurn} pending for the next turn, ${report.inbox.nextStep} for the next step`],
   ["Lock", lockText(lock)]
 ]
@@ -220,7 +220,7 @@ const repairText = (report: inspect.Report, writer: Writer | undefined): string 
 }
 
 const verifyText = (report: inspect.Report, lock: Option.Option<LockHolder>) => {
-  const writer = writerOf(lock)
+  const writer = lockWriter(lock)
   const torn = report.tornTailDropped === 0
     ? ""
     : `; ${report.tornTailDropped} unterminated last record (a torn write) is dropped by a resume or repair`
@@ -315,7 +315,8 @@ const breakSessionLock = (opened: Store, id: SessionId, force: boolean) =>
     if (Option.isNone(holder) && !(yield* opened.persistence.exists(id))) {
       return yield* new SessionError.SessionNotFound({ id })
     }
-    const writer = writerOf(holder)
+    // judged once, then broken: a holder that starts in between is not seen (the operator's window, as before)
+    const writer = lockWriter(holder)
     const isLive = writer?._tag === "Running"
     if (writer?._tag === "Running") {
       if (!force) return yield* new LiveLockHolder({ id, pid: writer.pid, started: writer.started })
