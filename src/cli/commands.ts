@@ -165,7 +165,8 @@ const reportJson = (report: inspect.Report, lock: Option.Option<LockHolder>) => 
 })
 
 /** The writer of the lock, if any: what decides whether an open turn was interrupted (SEC-09). */
-const lockWriter = (lock: Option.Option<LockHolder>) => Option.getOrUndefined(Option.map(lock, (holder) => holder.writer))
+const lockWriter = (lock: Option.Option<LockHolder>): Writer | undefined =>
+  Option.getOrUndefined(Option.map(lock, (holder) => holder.writer))
 
 const lockText = (lock: Option.Option<LockHolder>): string =>
   Option.match(lock, {
@@ -346,7 +347,8 @@ const breakLock = Command.make(
       Options.withDescription("also break the lock of a holder that is running on this host (it is refused otherwise)")
     )
   },
-  ({ force, id, ...flags }) => onSession(flags, id, "read", (opened, sessionId) => breakSessionLock(opened, sessionId, force))
+  ({ force, id, ...flags }) =>
+    onSession(flags, id, "read", (opened, sessionId) => breakSessionLock(opened, sessionId, force))
 ).pipe(
   Command.withDescription(
     "remove a session's writer lock when its holder is gone (another host's, a dead process's); the lock of a " +
