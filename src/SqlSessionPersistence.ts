@@ -265,7 +265,7 @@ const statementsOf = (sql: SqlClient) => ({
     SqlSchema.findAll({
       Request: Schema.String,
       Result: EventRow,
-      execute: (id) => sql`SELECT record FROM effect_agent_events WHERE session_id = ${id} ORDER BY seq`
+      execute: (id) => sql`SELECT seq, record FROM effect_agent_events WHERE session_id = ${id} ORDER BY seq`
     }),
     (id) => `the event rows of session ${JSON.stringify(id)}`
   ),
@@ -615,7 +615,8 @@ const make = (input: Options | undefined) =>
  *   batch accepted before the close (none is dropped) and fails later appends with
  *   `PersistenceError`.
  * - PERS-03: rows are written in transactions, so nothing is torn: any invalid row fails
- *   `SessionCorrupt` (its `line` is 1 for the header, seq + 2 for an event) and nothing is changed.
+ *   `SessionCorrupt` (its `line` is 1 for the header, seq + 2 for an event) and nothing is changed;
+ *   so does a row whose `seq` column disagrees with the seq of its record (SEC-07).
  * - DUR-07: a session's rows are the ones whose `session_id` equals the id exactly (also under a
  *   collation that folds case) and whose header names it. DUR-08: `list` reports a row it cannot
  *   read as an `UnreadableSession` and lists the others.

@@ -288,6 +288,41 @@ describe("SqlSessionPersistence on SQLite", () => {
       if (notSession._tag === "SessionCorrupt") assert.strictEqual(notSession.line, 1)
     })))
 
+  it.effect("SEC-07 a row whose seq column disagrees with its record fails SessionCorrupt naming both; nothing changes", () =>
+    inSqlite(Effect.gen(function*() {
+      const sql = yield* SqlClient
+      const persistence = yield* instance("reader")
+      // the last row (no later row hides the gap) and a middle row moved past the end
+      for (const [name, from, to] of [["last", 2, 9], ["middle", 1, 7]] as const) {
+        const id = sid(`misplaced-${name}`)
+        yield* Effect.scoped(Effect.flatMap(persistence.create(header(id)), (writer) => writer.append(notes(0, 3))))
+        yield* sql`UPDATE effect_agent_events SET seq = ${to} WHERE session_id = ${id} AND seq = ${from}`
+        const before = yield* sql`SELECT seq, record FROM effect_agent_events WHERE session_id = ${id} ORDER BY seq`
+        const read = yield* Effect.flip(persistence.read(id))
+        assert.strictEqual(read._tag, "SessionCorrupt", name)
+        if (read._tag === "SessionCorrupt") {
+          assert.include(read.message, `"${id}"`, name)
+          if (name === "last") {
+            assert.strictEqual(read.line, from + 2)
+            assert.include(read.reason, `seq ${from}`)
+            assert.include(read.reason, `seq ${to}`)
+          } else {
+            // in seq order the record of seq 2 stands where seq 1 belongs: the gap is named
+            assert.strictEqual(read.line, 3)
+          }
+        }
+        // a resume (and `repair`, which opens the same way) refuses it instead of failing every append later
+        const opened = yield* Effect.flip(Effect.scoped(persistence.openWrite(id)))
+        assert.strictEqual(opened._tag, "SessionCorrupt", name)
+        assert.deepStrictEqual(
+          yield* sql`SELECT seq, record FROM effect_agent_events WHERE session_id = ${id} ORDER BY seq`,
+          before,
+          name
+        )
+        assert.deepStrictEqual(yield* sql`SELECT * FROM effect_agent_leases`, [], name)
+      }
+    })))
+
   it.effect("PERS-01 concurrent creates of one id have exactly one winner", () =>
     inSqlite(Effect.gen(function*() {
       yield* assertOneCreateWins([yield* instance("a"), yield* instance("b"), yield* instance("c")])

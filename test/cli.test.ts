@@ -4,14 +4,18 @@
  * and Postgres when `EFFECT_AGENT_PG_URL` is set — including bad input: an unknown id (exit 3), a
  * corrupt session (5), a locked one (4) and bad flags (2), with a check that nothing changed.
  *
+ * SEC-07 and SEC-09: `break-lock` against a real holder process (alive, then SIGKILLed), a SQL row
+ * whose seq column disagrees with its record, and the answers to bad usage (exit 2, one line).
+ *
  * `it.live`: the CLI is another process on the real clock, so leases written here must be on it too.
  */
 import { NodeContext } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql/SqlClient"
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Layer, Scope } from "effect"
-import { execFile, execFileSync } from "node:child_process"
+import { execFile, execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
+import * as net from "node:net"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { beforeAll } from "vitest"
@@ -52,10 +56,13 @@ interface Run {
   readonly stderr: string
 }
 
-/** Runs the built binary; stderr is a pipe, not a terminal. */
+/**
+ * Runs the built binary; stderr is a pipe, not a terminal. A run that has not ended after 170 s
+ * (a `serve` that started when it should have refused) is killed and reported with code -1.
+ */
 const cli = (...args: ReadonlyArray<string>): Effect.Effect<Run> =>
   Effect.async<Run>((resume) => {
-    execFile(process.execPath, [main, ...args], { cwd: repository }, (error, stdout, stderr) => {
+    execFile(process.execPath, [main, ...args], { cwd: repository, timeout: 170_000 }, (error, stdout, stderr) => {
       const code = error === null ? 0 : typeof error.code === "number" ? error.code : -1
       resume(Effect.succeed({ code, stdout, stderr }))
     })
@@ -74,7 +81,40 @@ interface CliStore {
   /** Plants a lock of a process of another host on `id`. */
   readonly foreignLock: (id: SessionId) => Effect.Effect<void, unknown>
   readonly hasLock: (id: SessionId) => Effect.Effect<boolean, unknown>
+  /** The fixture and arguments of a child process that holds the writer of `id` (SEC-07). */
+  readonly holderArgs: (id: SessionId) => ReadonlyArray<string>
+  /** SQL only: moves the row of event `from` to seq `to` in the seq column, its record unchanged (SEC-07). */
+  readonly misplaceRow?: (id: SessionId, from: number, to: number) => Effect.Effect<void, unknown>
 }
+
+const fixtures = fileURLToPath(new URL("./fixtures/", import.meta.url))
+
+/**
+ * A real process of this host holding the writer of a session (SEC-07): started with tsx, ready once
+ * it printed `locked <pid>`; `kill` SIGKILLs it and waits for it to end (its lock is left behind).
+ * The Scope kills it if the test did not.
+ */
+const holder = (args: ReadonlyArray<string>) =>
+  Effect.acquireRelease(
+    Effect.async<{ readonly pid: number; readonly kill: Effect.Effect<void> }, Error>((resume) => {
+      const child = spawn(process.execPath, ["--import", "tsx", ...args], { cwd: repository })
+      const ended = new Promise<void>((done) => child.once("exit", () => done()))
+      const kill = Effect.promise(() => {
+        child.kill("SIGKILL")
+        return ended
+      })
+      let stdout = ""
+      let stderr = ""
+      child.stderr.on("data", (chunk) => (stderr += String(chunk)))
+      child.stdout.on("data", (chunk) => {
+        stdout += String(chunk)
+        const ready = /^locked (\d+)\n/.exec(stdout)
+        if (ready !== null) resume(Effect.succeed({ pid: Number(ready[1]), kill }))
+      })
+      child.once("exit", (code) => resume(Effect.fail(new Error(`the holder ended (${code}) before it locked: ${stderr}`))))
+    }),
+    (held) => held.kill
+  )
 
 const fileStore: Effect.Effect<CliStore, unknown, Scope.Scope> = Effect.gen(function*() {
   const directory = yield* tempDirectory("effect-agent-cli-")
@@ -107,7 +147,8 @@ const fileStore: Effect.Effect<CliStore, unknown, Scope.Scope> = Effect.gen(func
           JSON.stringify({ host: "another-host.example", pid: 4242, instanceId: "remote", token: "remote-token" })
         )
       ),
-    hasLock: (id) => Effect.sync(() => fs.existsSync(file(`${id}.lock`)))
+    hasLock: (id) => Effect.sync(() => fs.existsSync(file(`${id}.lock`))),
+    holderArgs: (id) => [path.join(fixtures, "holdSessionLock.ts"), directory, id]
   } satisfies CliStore
 })
 
@@ -136,7 +177,15 @@ const sqlStore = (make: (typeof sqlStores)[number]["make"]): Effect.Effect<CliSt
           VALUES (${id}, 'remote-token', 'instance "remote" (process 4242 on host "another-host.example")',
           ${Date.now() + 3_600_000}, 'another-host.example', 4242, 'boot:1')`,
       hasLock: (id) =>
-        Effect.map(sql`SELECT token FROM effect_agent_leases WHERE session_id = ${id}`, (rows) => rows.length > 0)
+        Effect.map(sql`SELECT token FROM effect_agent_leases WHERE session_id = ${id}`, (rows) => rows.length > 0),
+      holderArgs: (id) => [
+        path.join(fixtures, "holdSqlLease.ts"),
+        store.location.startsWith("postgres") ? "postgres" : "sqlite",
+        store.location,
+        id
+      ],
+      misplaceRow: (id, from, to) =>
+        sql`UPDATE effect_agent_events SET seq = ${to} WHERE session_id = ${id} AND seq = ${from}`
     } satisfies CliStore
   })
 
@@ -177,6 +226,17 @@ interface RepairDoc {
 
 const expectCode = (run: Run, code: number, what: string) =>
   assert.strictEqual(run.code, code, `${what}: exit ${run.code}\nstdout: ${run.stdout}\nstderr: ${run.stderr}`)
+
+/** SEC-09: an error the way a CLI gives it — one line on stderr, no stack. */
+const expectOneLine = (run: Run, what: string) => {
+  assert.strictEqual(run.stderr.trimEnd().split("\n").length, 1, `${what}: one line on stderr:\n${run.stderr}`)
+  assert.notMatch(run.stderr, /\bat .*:\d+:\d+|Error:/, `${what}: no stack:\n${run.stderr}`)
+}
+
+interface WriterDoc {
+  readonly lastTurn: { readonly state: string }
+  readonly writer: { readonly state: string; readonly pid?: number; readonly started?: string } | null
+}
 
 for (const [name, open] of stores) {
   describe(`effect-agent sessions on ${name} (CLI-01)`, () => {
@@ -301,6 +361,86 @@ for (const [name, open] of stores) {
         const missing = yield* cli("sessions", "rm", "done", ...flags)
         expectCode(missing, 3, "rm of an unknown id")
       }).pipe(Effect.scoped), TIMEOUT)
+
+    it.live("SEC-07 SEC-09 break-lock refuses a live holder unless --force; show and verify say a live writer holds it; a dead holder's lock is broken", () =>
+      Effect.gen(function*() {
+        const opened = yield* open
+        const { flags, persistence } = opened
+        const live = sid("live-holder")
+        const dead = sid("dead-holder")
+        yield* store(persistence, live, openTurn())
+        yield* store(persistence, dead, closedTurn())
+        const [alive, killed] = yield* Effect.all([holder(opened.holderArgs(live)), holder(opened.holderArgs(dead))], {
+          concurrency: "unbounded"
+        })
+        yield* killed.kill
+
+        const [refused, show, verify, verifyJson, brokeDead] = yield* Effect.all([
+          cli("sessions", "break-lock", live, ...flags),
+          cli("sessions", "show", live, ...flags),
+          cli("sessions", "verify", live, ...flags),
+          cli("sessions", "verify", live, ...flags, "--json"),
+          cli("sessions", "break-lock", dead, ...flags)
+        ], { concurrency: "unbounded" })
+
+        expectCode(refused, 4, "break-lock of a live holder")
+        expectOneLine(refused, "break-lock of a live holder")
+        assert.include(refused.stderr, `process ${alive.pid}`)
+        assert.match(refused.stderr, /started \d{4}-\d\d-\d\dT/, "the holder's start time")
+        assert.include(refused.stderr, "--force")
+        assert.isTrue(yield* opened.hasLock(live), "the live holder keeps its lock")
+
+        for (const [run, what] of [[show, "show"], [verify, "verify"]] as const) {
+          expectCode(run, 0, what)
+          assert.notInclude(run.stdout, "interrupted", what)
+          assert.include(run.stdout, `held by a live writer (process ${alive.pid}`, what)
+        }
+        assert.include(verify.stdout, "a live writer holds it")
+        expectCode(verifyJson, 0, "verify --json")
+        const report = json<WriterDoc>(verifyJson)
+        assert.strictEqual(report.lastTurn.state, "open")
+        assert.strictEqual(report.writer?.state, "running")
+        assert.strictEqual(report.writer?.pid, alive.pid)
+
+        expectCode(brokeDead, 0, "break-lock of a dead holder")
+        // a SQL lease may also have expired meanwhile on a loaded machine (30 s without renewal)
+        assert.match(brokeDead.stdout, /no longer running|lease expired/)
+        assert.isFalse(yield* opened.hasLock(dead))
+
+        const forced = yield* cli("sessions", "break-lock", live, ...flags, "--force")
+        expectCode(forced, 0, "break-lock --force")
+        assert.include(forced.stderr, "warning: --force")
+        assert.include(forced.stderr, `process ${alive.pid}`)
+        assert.isFalse(yield* opened.hasLock(live))
+      }).pipe(Effect.scoped), TIMEOUT)
+
+    if (name !== "files") {
+      it.live("SEC-07 verify and repair name a row whose seq column disagrees with its record (exit 5); nothing changes", () =>
+        Effect.gen(function*() {
+          const opened = yield* open
+          const { flags, persistence } = opened
+          const moved = sid("moved")
+          yield* store(persistence, moved, closedTurn())
+          const last = closedTurn().length - 1
+          yield* opened.misplaceRow!(moved, last, 40)
+          const before = yield* opened.snapshot
+
+          const [verify, repaired] = yield* Effect.all([
+            cli("sessions", "verify", moved, ...flags),
+            cli("sessions", "repair", moved, ...flags, "--json")
+          ], { concurrency: "unbounded" })
+          expectCode(verify, 5, "verify")
+          expectOneLine(verify, "verify")
+          assert.include(verify.stderr, `"${moved}"`)
+          assert.include(verify.stderr, `seq ${last}`)
+          assert.include(verify.stderr, "seq 40")
+          expectCode(repaired, 5, "repair")
+          const error = json<ErrorDoc>(repaired).error
+          assert.strictEqual(error._tag, "SessionCorrupt")
+          assert.include(error.message, "seq 40")
+          assert.strictEqual(yield* opened.snapshot, before, "nothing stored changed")
+        }).pipe(Effect.scoped), TIMEOUT)
+    }
   })
 }
 
@@ -333,5 +473,78 @@ describe("effect-agent usage errors (CLI-01)", () => {
       expectCode(missing, 1, "a missing SQLite file")
       assert.include(missing.stderr, "no SQLite database")
       assert.deepStrictEqual(fs.readdirSync(directory), [])
+    }).pipe(Effect.scoped), TIMEOUT)
+})
+
+/** A TCP port of 127.0.0.1 held by this process while the Scope is open. */
+const portInUse = Effect.acquireRelease(
+  Effect.async<net.Server>((resume) => {
+    const server = net.createServer()
+    server.listen(0, "127.0.0.1", () => resume(Effect.succeed(server)))
+  }),
+  (server) =>
+    Effect.async<void>((resume) => {
+      server.close(() => resume(Effect.void))
+    })
+).pipe(Effect.map((server) => (server.address() as net.AddressInfo).port))
+
+describe("effect-agent answers bad usage like a CLI (SEC-09)", () => {
+  it.live("SEC-09 a bare command prints usage (2); bad values and unknown flags, a port in use and stores that are not one get one line", () =>
+    Effect.gen(function*() {
+      const directory = yield* tempDirectory("effect-agent-cli-sec09-")
+      const textFile = path.join(directory, "notes.txt")
+      fs.writeFileSync(textFile, "this is not a database\n")
+      const sessionsDir = path.join(directory, "sessions")
+      const port = yield* portInUse
+      const serve = (...args: ReadonlyArray<string>) => cli("serve", ...args, "--dir", sessionsDir)
+      const [bare, bareRoot, bigPort, wordPort, negativeDrain, bogus, bogusList, inUse, dirFile, serveDirFile, sqliteText] =
+        yield* Effect.all([
+          cli("sessions"),
+          cli(),
+          serve("--port", "99999"),
+          serve("--port", "abc"),
+          serve("--port", "0", "--drain", "-1"),
+          serve("--bogus"),
+          cli("sessions", "list", "--dir", directory, "--bogus"),
+          serve("--host", "127.0.0.1", "--port", String(port)),
+          cli("sessions", "list", "--dir", textFile),
+          cli("serve", "--port", "0", "--dir", textFile),
+          cli("sessions", "list", "--sqlite", textFile)
+        ], { concurrency: "unbounded" })
+
+      expectCode(bare, 2, "a bare `sessions`")
+      assert.include(bare.stderr, "usage: effect-agent sessions <command>")
+      assert.include(bare.stderr, "break-lock <id> [--force]")
+      expectCode(bareRoot, 2, "a bare `effect-agent`")
+      assert.include(bareRoot.stderr, "usage: effect-agent")
+
+      for (const [run, what, says] of [
+        [bigPort, "--port 99999", "--port \"99999\""],
+        [wordPort, "--port abc", "--port \"abc\""],
+        [negativeDrain, "--drain -1", "--drain \"-1\""],
+        [bogus, "serve --bogus", "--bogus"],
+        [bogusList, "list --bogus", "--bogus"]
+      ] as const) {
+        expectCode(run, 2, what)
+        expectOneLine(run, what)
+        assert.include(run.stderr, says, what)
+        assert.strictEqual(run.stdout, "", what)
+      }
+
+      expectCode(inUse, 1, "a port in use")
+      expectOneLine(inUse, "a port in use")
+      assert.include(inUse.stderr, "EADDRINUSE")
+      assert.include(inUse.stderr, String(port))
+
+      for (const [run, what, says] of [
+        [dirFile, "list --dir <a file>", "is not a directory"],
+        [serveDirFile, "serve --dir <a file>", "is not a directory"],
+        [sqliteText, "--sqlite <a text file>", "is not a SQLite database"]
+      ] as const) {
+        expectCode(run, 1, what)
+        expectOneLine(run, what)
+        assert.include(run.stderr, says, what)
+      }
+      assert.strictEqual(fs.readFileSync(textFile, "utf8"), "this is not a database\n", "the text file is untouched")
     }).pipe(Effect.scoped), TIMEOUT)
 })

@@ -17,12 +17,12 @@ import * as Repair from "../Repair.js"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent } from "../SessionEvent.js"
 import type { SessionSummary, UnreadableSession } from "../SessionPersistence.js"
-import { CommandFailed, exitCodeOf, UsageError } from "./errors.js"
+import { CommandFailed, ExitCode, exitCodeOf, LiveLockHolder, UsageError } from "./errors.js"
 import * as inspect from "./inspect.js"
 import { fields, iso, progress, table, writeJson, writeStderr, writeStdout } from "./output.js"
 import * as serve from "./serve.js"
 import * as store from "./store.js"
-import type { Access, Store } from "./store.js"
+import type { Access, LockHolder, Store, Writer } from "./store.js"
 
 // --- Shared flags ---
 
@@ -140,7 +140,17 @@ const list = Command.make("list", storeFlags, (flags) => withStore(flags, "read"
 
 // --- show and verify ---
 
-const reportJson = (report: inspect.Report, lock: Option.Option<string>) => ({
+/** SEC-09: the writer holding the lock, as JSON (`null`: no lock). */
+const writerJson = (lock: Option.Option<LockHolder>) =>
+  Option.match(lock, {
+    onNone: () => null,
+    onSome: ({ writer }) =>
+      writer._tag === "Running"
+        ? { state: "running", pid: writer.pid, started: writer.started }
+        : { state: writer._tag === "Gone" ? "gone" : "unknown" }
+  })
+
+const reportJson = (report: inspect.Report, lock: Option.Option<LockHolder>) => ({
   id: report.id,
   header: report.header,
   eventCount: report.eventCount,
@@ -150,19 +160,33 @@ const reportJson = (report: inspect.Report, lock: Option.Option<string>) => ({
   tornTailDropped: report.tornTailDropped,
   repair: report.repair,
   inbox: report.inbox,
-  lock: Option.getOrNull(lock)
+  lock: Option.getOrNull(Option.map(lock, (holder) => holder.description)),
+  writer: writerJson(lock)
 })
 
-const reportFields = (report: inspect.Report, lock: Option.Option<string>): Array<readonly [string, string]> => [
+/** The writer of the lock, if any: what decides whether an open turn was interrupted (SEC-09). */
+const lockWriter = (lock: Option.Option<LockHolder>): Writer | undefined =>
+  Option.getOrUndefined(Option.map(lock, (holder) => holder.writer))
+
+const lockText = (lock: Option.Option<LockHolder>): string =>
+  Option.match(lock, {
+    onNone: () => "none",
+    onSome: ({ description, writer }) =>
+      writer._tag === "Running"
+        ? `${description}: a live writer (process ${writer.pid}, ${writer.started}, running on this host)`
+        : description
+  })
+
+const reportFields = (report: inspect.Report, lock: Option.Option<LockHolder>): Array<readonly [string, string]> => [
   ["Session", report.id],
   ["Created", `${iso(report.header.createdAt)} (format version ${report.header.version})`],
   ...(report.header.parentSession === undefined
     ? []
     : [["Forked from", `${report.header.parentSession} (${report.header.seedLength} seed events)`] as const]),
   ["Events", `${report.eventCount}${report.lastEventAt === null ? "" : `, the last at ${iso(report.lastEventAt)}`}`],
-  ["Turns", `${report.turns}; ${inspect.describeLastTurn(report.lastTurn)}`],
+  ["Turns", `${report.turns}; ${inspect.describeLastTurn(report.lastTurn, lockWriter(lock))}`],
   ["Inbox", `${report.inbox.nextTurn} pending for the next turn, ${report.inbox.nextStep} for the next step`],
-  ["Lock", Option.getOrElse(lock, () => "none")]
+  ["Lock", lockText(lock)]
 ]
 
 /** Reads `id` read-only and runs the checks of a resume on it. */
@@ -187,7 +211,17 @@ const show = Command.make("show", { ...storeFlags, id: idArg }, ({ id, ...flags 
 const repairLines = (closers: ReadonlyArray<inspect.Closer>) =>
   closers.map((closer) => `  seq ${closer.seq} ${closer.type}: ${closer.description}`)
 
-const verifyText = (report: inspect.Report, lock: Option.Option<string>) => {
+/**
+ * What `repair` would write. SEC-09: while a live writer holds the session nothing — a repair is
+ * refused, and the writer closes its own turn — so no closer is listed as if the turn were interrupted.
+ */
+const repairText = (report: inspect.Report, writer: Writer | undefined): string => {
+  if (writer?._tag === "Running") return "nothing: its writer is running (a repair is refused until it stops)"
+  return report.repair.length === 0 ? "nothing to write" : `would write ${report.repair.length} event(s):`
+}
+
+const verifyText = (report: inspect.Report, lock: Option.Option<LockHolder>) => {
+  const writer = lockWriter(lock)
   const torn = report.tornTailDropped === 0
     ? ""
     : `; ${report.tornTailDropped} unterminated last record (a torn write) is dropped by a resume or repair`
@@ -196,14 +230,18 @@ const verifyText = (report: inspect.Report, lock: Option.Option<string>) => {
     ["Header", `ok (format version ${report.header.version})`],
     ["Records", `ok: ${report.eventCount} events${torn}`],
     ["Inbox", `ok: replays; ${report.inbox.nextTurn} + ${report.inbox.nextStep} messages pending after repair`],
-    ["Last turn", inspect.describeLastTurn(report.lastTurn)],
-    ["Repair", report.repair.length === 0 ? "nothing to write" : `would write ${report.repair.length} event(s):`],
-    ["Lock", Option.getOrElse(lock, () => "none")]
+    ["Last turn", inspect.describeLastTurn(report.lastTurn, writer)],
+    ["Repair", repairText(report, writer)],
+    ["Lock", lockText(lock)]
   ]
   const lines = fields(rows).split("\n")
+  const verdict = writer?._tag === "Running"
+    ? `ok: the session is sound; a live writer holds it (process ${writer.pid}, ${writer.started}), so it is ` +
+      "resumed nowhere else while that process runs"
+    : "ok: the session can be resumed"
   // the closers go under their row, before the lock
-  return [...lines.slice(0, 6), ...repairLines(report.repair), ...lines.slice(6), "", "ok: the session can be resumed"]
-    .join("\n")
+  const closers = writer?._tag === "Running" ? [] : repairLines(report.repair)
+  return [...lines.slice(0, 6), ...closers, ...lines.slice(6), "", verdict].join("\n")
 }
 
 const verify = Command.make("verify", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
@@ -268,28 +306,55 @@ const repair = Command.make("repair", { ...storeFlags, id: idArg }, ({ id, ...fl
 
 // --- break-lock and rm ---
 
-const breakSessionLock = (opened: Store, id: SessionId) =>
+/**
+ * SEC-07: the lock of a writer that runs on this host is refused (exit 4) unless `force`, which
+ * warns; a dead holder's lock, another host's and one naming no process are broken as asked.
+ */
+const breakSessionLock = (opened: Store, id: SessionId, force: boolean) =>
   Effect.gen(function*() {
     const holder = yield* opened.lockHolder(id)
     if (Option.isNone(holder) && !(yield* opened.persistence.exists(id))) {
       return yield* new SessionError.SessionNotFound({ id })
     }
+    // judged once, then broken: a holder that starts in between is not seen (the operator's window, as before)
+    const writer = lockWriter(holder)
+    const isLive = writer?._tag === "Running"
+    if (writer?._tag === "Running") {
+      if (!force) return yield* new LiveLockHolder({ id, pid: writer.pid, started: writer.started })
+      yield* writeStderr(
+        `effect-agent: warning: --force: breaking the lock of session ${JSON.stringify(id)} although its holder, ` +
+          `process ${writer.pid} (${writer.started}), is running on this host; if it writes again, two writers ` +
+          "share the session"
+      )
+    }
     yield* opened.breakLock(id)
+    const description = Option.map(holder, (held) => held.description)
     return {
-      json: { id, broken: Option.isSome(holder), holder: Option.getOrNull(holder) },
-      human: Option.match(holder, {
+      json: { id, broken: Option.isSome(holder), holder: Option.getOrNull(description), forced: isLive },
+      human: Option.match(description, {
         onNone: () => `session ${id} was not locked: nothing to break`,
         onSome: (who) => `broke the lock of session ${id}, held by ${who}`
       })
     } satisfies Result
   })
 
-const breakLock = Command.make("break-lock", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
-  onSession(flags, id, "read", breakSessionLock)).pipe(
-    Command.withDescription(
-      "remove a session's writer lock whoever holds it — only when that holder is known to be gone"
+const breakLock = Command.make(
+  "break-lock",
+  {
+    ...storeFlags,
+    id: idArg,
+    force: Options.boolean("force").pipe(
+      Options.withDescription("also break the lock of a holder that is running on this host (it is refused otherwise)")
     )
+  },
+  ({ force, id, ...flags }) =>
+    onSession(flags, id, "read", (opened, sessionId) => breakSessionLock(opened, sessionId, force))
+).pipe(
+  Command.withDescription(
+    "remove a session's writer lock when its holder is gone (another host's, a dead process's); the lock of a " +
+      "process running on this host only with --force"
   )
+)
 
 const removeSession = (opened: Store, id: SessionId) =>
   Effect.gen(function*() {
@@ -315,13 +380,40 @@ const serveCommand = Command.make("serve", { ...storeFlags, ...serve.serveFlags 
 
 // --- The command tree ---
 
-const sessions = Command.make("sessions").pipe(
+/** SEC-09: what a command line that names no command gets — the commands, on stderr, and exit 2. */
+const usageOf = (lines: ReadonlyArray<string>) =>
+  Effect.zipRight(writeStderr(lines.join("\n")), Effect.fail(new CommandFailed({ code: ExitCode.usage })))
+
+const storeUsage = "(--dir <directory> | --sqlite <file> | --postgres <url>)"
+
+const sessionsUsage = [
+  `usage: effect-agent sessions <command> [<id>] ${storeUsage} [--json]`,
+  "",
+  "commands:",
+  "  list                       the stored sessions, unreadable ones included",
+  "  show <id>                  a session's header, size, last turn, inbox and lock",
+  "  export <id> [--format f]   the session as JSONL or (--format markdown) a transcript",
+  "  verify <id>                the checks a resume runs, without writing",
+  "  repair <id>                close an interrupted last turn, under the session's lock",
+  "  break-lock <id> [--force]  remove the lock of a writer that is gone",
+  "  rm <id>                    delete a session",
+  "",
+  "`effect-agent sessions <command> --help` describes a command and its flags."
+]
+
+const sessions = Command.make("sessions", {}, () => usageOf(sessionsUsage)).pipe(
   Command.withDescription("inspect and maintain stored sessions"),
   Command.withSubcommands([list, show, exportSession, verify, repair, breakLock, rm])
 )
 
 /** The `effect-agent` command. @internal */
-export const command = Command.make("effect-agent").pipe(
-  Command.withDescription("the operator tool of effect-agent"),
-  Command.withSubcommands([sessions, serveCommand])
-)
+export const command = Command.make("effect-agent", {}, () =>
+  usageOf([
+    "usage: effect-agent sessions <command> [<id>] <store> [--json]",
+    `       effect-agent serve [--host h] [--port p] [--token t] [--drain s] [--max-client-buffer b] ${storeUsage}`,
+    "",
+    "`effect-agent sessions` lists the session commands; `effect-agent <command> --help` describes one."
+  ])).pipe(
+    Command.withDescription("the operator tool of effect-agent"),
+    Command.withSubcommands([sessions, serveCommand])
+  )

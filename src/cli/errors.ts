@@ -26,6 +26,33 @@ export class UsageError extends Data.TaggedError("UsageError")<{ readonly reason
   }
 }
 
+/**
+ * SEC-07: `break-lock` without `--force` refuses the lock of a writer that runs on this host (two
+ * writers of one session would corrupt it). @internal
+ */
+export class LiveLockHolder extends Data.TaggedError("LiveLockHolder")<{
+  readonly id: string
+  readonly pid: number
+  readonly started: string
+}> {
+  override get message(): string {
+    return `session ${JSON.stringify(this.id)} is locked by process ${this.pid} (${this.started}), which is ` +
+      "running on this host: break-lock does not break the lock of a live writer, because two writers would " +
+      "corrupt the session. Stop that process (it releases the lock as it ends), or pass --force if you are sure " +
+      "it no longer writes this session"
+  }
+}
+
+/**
+ * SEC-09: `serve` could not start; the message names the system's error code (`EADDRINUSE`: the
+ * port is taken) and what to do. @internal
+ */
+export class ServerNotStarted extends Data.TaggedError("ServerNotStarted")<{ readonly reason: string }> {
+  override get message(): string {
+    return `the server could not start: ${this.reason}`
+  }
+}
+
 /** A command failed and said so (on stderr, and on stdout under `--json`): the process exits with `code`. @internal */
 export class CommandFailed extends Data.TaggedError("CommandFailed")<{ readonly code: ExitCode }> {}
 
@@ -38,6 +65,7 @@ export const exitCodeOf = (error: { readonly _tag: string }): ExitCode => {
     case "SessionNotFound":
       return ExitCode.notFound
     case "SessionLocked":
+    case "LiveLockHolder":
       return ExitCode.locked
     case "SessionCorrupt":
     case "SessionFormatUnsupported":

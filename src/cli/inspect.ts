@@ -13,6 +13,7 @@ import type { ContentPart, SessionId } from "../Message.js"
 import * as Repair from "../Repair.js"
 import type { CoreEvent, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import type { StoredSession } from "../SessionPersistence.js"
+import type { Writer } from "./store.js"
 
 /** The last turn of a log. @internal */
 export type LastTurn =
@@ -114,15 +115,25 @@ export const report = (
   })
 
 /** @internal */
-export const describeLastTurn = (turn: LastTurn): string => {
+export const describeLastTurn = (turn: LastTurn, writer?: Writer | undefined): string => {
   switch (turn.state) {
     case "none":
       return "no turn yet"
     case "closed":
       return `turn ${turn.turn} closed (${turn.reason})`
-    case "open":
-      return `turn ${turn.turn} is open${turn.openStep === null ? "" : ` in step ${turn.openStep}`}: ` +
-        "it was interrupted (a resume or `repair` closes it)"
+    case "open": {
+      const open = `turn ${turn.turn} is open${turn.openStep === null ? "" : ` in step ${turn.openStep}`}`
+      // SEC-09: an open turn is interrupted only when no live writer may be running it
+      switch (writer?._tag) {
+        case "Running":
+          return `${open}: in progress, held by a live writer (process ${writer.pid}, ${writer.started})`
+        case "Unknown":
+          return `${open}: its writer (the lock's holder) may still be running it; if that writer is gone, ` +
+            "a resume or `repair` closes it"
+        default:
+          return `${open}: it was interrupted (a resume or \`repair\` closes it)`
+      }
+    }
   }
 }
 

@@ -1,13 +1,14 @@
 /**
  * The `effect-agent` command (CLI-01), loaded by `main.ts` once its packages are found. Exit codes: 0 ok, 1 failure, 2
- * usage error, 3 session not found, 4 session locked, 5 session corrupt.
+ * usage error, 3 session not found, 4 session locked (or, for `break-lock`, held by a live process, SEC-07), 5
+ * session corrupt.
  *
  * @internal
  */
 import { Command, ValidationError } from "@effect/cli"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
-import { Cause, Effect, Exit, Logger } from "effect"
+import { Cause, Console, Effect, Exit, Logger } from "effect"
 import { command } from "./commands.js"
 import { ExitCode } from "./errors.js"
 import { stderrLogger, writeStderr } from "./output.js"
@@ -17,8 +18,24 @@ const VERSION = "0.2.0"
 
 const cli = Command.run(command, { name: "effect-agent", version: VERSION })
 
+/**
+ * SEC-09: what `@effect/cli` refuses (an unknown flag, a bad value) it prints on the console's
+ * stderr as a help document; the operator gets it as one line, like every other error of the CLI.
+ */
+const oneLineErrors = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Console.consoleWith((console) =>
+    Console.withConsole(effect, {
+      ...console,
+      error: (...args: ReadonlyArray<unknown>) => {
+        // eslint-disable-next-line no-control-regex
+        const text = args.map(String).join(" ").replace(/\x1b\[[0-9;]*m/g, "")
+        const line = text.split("\n").map((part) => part.trim()).filter((part) => part !== "").join(" ")
+        return line === "" ? Effect.void : writeStderr(`effect-agent: ${line}`)
+      }
+    }))
+
 /** The process's exit code: the command's, 2 for what `@effect/cli` refused (its message is printed already). */
-const program: Effect.Effect<ExitCode> = cli(process.argv).pipe(
+const program: Effect.Effect<ExitCode> = oneLineErrors(cli(process.argv)).pipe(
   Effect.as(ExitCode.ok),
   Effect.catchAll((error) => {
     if (ValidationError.isValidationError(error)) return Effect.succeed(ExitCode.usage)

@@ -11,7 +11,7 @@
  *
  * @internal
  */
-import { Options } from "@effect/cli"
+import { HelpDoc, Options, ValidationError } from "@effect/cli"
 import { FetchHttpClient, FileSystem, HttpServer } from "@effect/platform"
 import type { Path } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
@@ -26,10 +26,21 @@ import * as Message from "../Message.js"
 import * as Model from "../Model.js"
 import * as SessionGateway from "../SessionGateway.js"
 import { SessionPersistence } from "../SessionPersistence.js"
-import type * as SessionError from "../SessionError.js"
-import { UsageError } from "./errors.js"
+import * as SessionError from "../SessionError.js"
+import { ServerNotStarted, UsageError } from "./errors.js"
 import { writeStdout } from "./output.js"
 import * as store from "./store.js"
+
+/**
+ * SEC-09: a flag whose value must be a whole number from 0 to `max`; anything else is a usage error
+ * (exit 2) of one line naming the flag, before anything starts.
+ */
+const wholeNumber = (flag: string, expected: string, max: number) => (raw: string) => {
+  const value = /^\d{1,16}$/.test(raw) ? Number(raw) : Number.NaN
+  return value <= max
+    ? Effect.succeed(value)
+    : Effect.fail(ValidationError.invalidValue(HelpDoc.p(`${flag} ${JSON.stringify(raw)}: expected ${expected}`)))
+}
 
 /** The flags of `serve`, besides the store's. @internal */
 export const serveFlags = {
@@ -37,7 +48,9 @@ export const serveFlags = {
     Options.withDescription("the address to listen on"),
     Options.withDefault("127.0.0.1")
   ),
-  port: Options.integer("port").pipe(
+  port: Options.text("port").pipe(
+    Options.withPseudoName("port"),
+    Options.mapEffect(wholeNumber("--port", "a port from 0 to 65535 (0: one the system picks)", 65_535)),
     Options.withDescription("the port to listen on (0: one the system picks; the address is printed)"),
     Options.withDefault(8787)
   ),
@@ -45,7 +58,9 @@ export const serveFlags = {
     Options.withDescription("require this bearer token (else EFFECT_AGENT_TOKEN when set; else no authentication)"),
     Options.optional
   ),
-  drain: Options.integer("drain").pipe(
+  drain: Options.text("drain").pipe(
+    Options.withPseudoName("seconds"),
+    Options.mapEffect(wholeNumber("--drain", "a number of seconds, 0 or more", Number.MAX_SAFE_INTEGER)),
     Options.withDescription("seconds running turns may take to finish when the server stops"),
     Options.withDefault(30)
   ),
@@ -136,6 +151,19 @@ const stopAcceptingOnSignal = (server: () => Server | undefined) =>
       })
   )
 
+/** SEC-09: why the server's layer failed, in one line; a listen error names its code (`EADDRINUSE`). */
+const whyNotStarted = (error: unknown, flags: ServeFlags): string => {
+  const cause = typeof error === "object" && error !== null && "cause" in error ? error.cause : undefined
+  const code = typeof cause === "object" && cause !== null && "code" in cause ? String(cause.code) : undefined
+  const where = `${flags.host}:${flags.port}`
+  if (code === "EADDRINUSE") {
+    return `cannot listen on ${where}: EADDRINUSE, the port is in use; stop what listens there or choose another ` +
+      "--port (0: one the system picks)"
+  }
+  if (code !== undefined) return `cannot listen on ${where}: ${code} (${cause instanceof Error ? cause.message : code})`
+  return error instanceof Error ? error.message : String(error)
+}
+
 /**
  * Serves until interrupted.
  *
@@ -145,7 +173,7 @@ export const serve = (
   flags: ServeFlags
 ): Effect.Effect<
   never,
-  UsageError | SessionError.PersistenceError,
+  UsageError | SessionError.PersistenceError | ServerNotStarted,
   Scope.Scope | FileSystem.FileSystem | Path.Path
 > =>
   Effect.gen(function*() {
@@ -155,7 +183,17 @@ export const serve = (
     if (Option.isSome(flags.dir)) {
       // a server creates its directory (the read commands never do)
       const fs = yield* FileSystem.FileSystem
-      yield* Effect.orDie(fs.makeDirectory(flags.dir.value, { recursive: true }))
+      const directory = flags.dir.value
+      yield* fs.makeDirectory(directory, { recursive: true }).pipe(
+        Effect.mapError((error) =>
+          new SessionError.PersistenceError({
+            reason: error._tag === "SystemError" && error.reason === "AlreadyExists"
+              ? `--dir ${directory} is not a directory`
+              : `cannot create the session directory ${directory} (${error.message})`,
+            cause: error
+          })
+        )
+      )
     }
     const opened = yield* store.open(flags, "write")
     const { layer: modelLayer, route } = yield* chooseModel
@@ -191,7 +229,7 @@ export const serve = (
       )
     )
     const context = yield* Layer.build(server).pipe(
-      Effect.catchAll((error) => Effect.dieMessage(`the server could not start: ${String(error)}`))
+      Effect.mapError((error) => new ServerNotStarted({ reason: whyNotStarted(error, flags) }))
     )
     const address = Context.get(context, HttpServer.HttpServer).address
     const where = address._tag === "TcpAddress" ? `http://${address.hostname}:${address.port}` : address.path

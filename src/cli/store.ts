@@ -8,11 +8,13 @@
  */
 import { SqlClient } from "@effect/sql/SqlClient"
 import { FileSystem, Path } from "@effect/platform"
-import { Context, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
+import { Cause, Context, Effect, Either, Layer, Option, Redacted, Schema } from "effect"
 import type { Scope } from "effect"
 import * as os from "node:os"
 import * as FileSessionPersistence from "../FileSessionPersistence.js"
 import * as fileLock from "../internal/fileLock.js"
+import * as sqlLease from "../internal/sqlLease.js"
+import { SqlNumber } from "../internal/sqlLog.js"
 import type { SessionId } from "../Message.js"
 import * as SessionError from "../SessionError.js"
 import { SessionPersistence } from "../SessionPersistence.js"
@@ -29,13 +31,33 @@ export interface StoreFlags {
 /** `read`: nothing is created, changed or locked. `write`: the store is opened as a writer would. @internal */
 export type Access = "read" | "write"
 
+/**
+ * Whether the writer that holds a lock still runs, as this host can tell (SEC-07, SEC-09): `Running`
+ * is a process of this host found running under its pid with the start time the lock recorded;
+ * `Gone` a lock the next writer takes over (its process of this host died, or its SQL lease
+ * expired); `Unknown` a process of another host, or a lock that names no process.
+ *
+ * @internal
+ */
+export type Writer =
+  | { readonly _tag: "Running"; readonly pid: number; readonly started: string }
+  | { readonly _tag: "Gone" }
+  | { readonly _tag: "Unknown" }
+
+/** Who holds the writer lock of a session. @internal */
+export interface LockHolder {
+  /** For people: the holder as the lock names it, and what becomes of the lock. */
+  readonly description: string
+  readonly writer: Writer
+}
+
 /** An open store. @internal */
 export interface Store {
   /** What was opened, for messages (a Postgres URL without its password). */
   readonly description: string
   readonly persistence: SessionPersistence["Type"]
   /** Who holds the writer lock of `id`, if anyone (read without taking or changing it). */
-  readonly lockHolder: (id: SessionId) => Effect.Effect<Option.Option<string>, SessionError.PersistenceError>
+  readonly lockHolder: (id: SessionId) => Effect.Effect<Option.Option<LockHolder>, SessionError.PersistenceError>
   /** The backend's operator tool: removes the lock of `id`, whoever holds it. */
   readonly breakLock: (id: SessionId) => Effect.Effect<void, SessionError.PersistenceError>
 }
@@ -74,6 +96,40 @@ const persistenceError = (what: string) => (error: unknown): SessionError.Persis
 
 const decodeOwner = Schema.decodeUnknownOption(Schema.parseJson(fileLock.LockOwner))
 
+/** How this host tells whether a process runs: the lock protocol's own probe (DUR-06). */
+const probe: fileLock.ProcessProbe = {
+  isProcessAlive: fileLock.processIsAlive,
+  processStartTime: fileLock.procStartTime,
+  inNamespace: fileLock.procInNamespace
+}
+
+/** A process's start for people: its date when this host can tell it, else the start time as recorded. */
+const describeStart = (startTime: string | undefined): string => {
+  if (startTime === undefined) return "start time not recorded"
+  const millis = fileLock.startTimeMillis(startTime)
+  return millis === undefined ? `start time ${startTime}` : `started ${new Date(millis).toISOString()}`
+}
+
+/** SEC-07: whether the process a lock or lease names runs, judged as the lock protocol judges it (DUR-06). */
+const writerOf = (owner: {
+  readonly host: string
+  readonly pid: number
+  readonly startTime?: string | undefined
+  readonly pidNamespace?: string | undefined
+}): Writer => {
+  const self = { host: os.hostname(), pidNamespace: fileLock.procPidNamespace() }
+  switch (fileLock.processLiveness(probe, self, owner)) {
+    case "Running":
+      return { _tag: "Running", pid: owner.pid, started: describeStart(owner.startTime) }
+    case "Gone":
+      return { _tag: "Gone" }
+    case "Elsewhere":
+      return { _tag: "Unknown" }
+  }
+}
+
+const unknownWriter: Writer = { _tag: "Unknown" }
+
 /** Reads `<id>.lock` as it is (a symbolic link is described, never followed). */
 const fileLockHolder = (directory: string, id: SessionId) =>
   Effect.gen(function*() {
@@ -81,23 +137,24 @@ const fileLockHolder = (directory: string, id: SessionId) =>
     const path = yield* Path.Path
     const file = path.join(directory, `${id}.lock`)
     const link = yield* Effect.either(fs.readLink(file))
-    if (Either.isRight(link)) return Option.some(`a symbolic link to ${JSON.stringify(link.right)} at ${file}`)
+    if (Either.isRight(link)) {
+      return Option.some<LockHolder>({
+        description: `a symbolic link to ${JSON.stringify(link.right)} at ${file}`,
+        writer: unknownWriter
+      })
+    }
     const text = yield* fs.readFileString(file).pipe(
       Effect.map(Option.some),
       Effect.catchIf(fileLock.isNotFound, () => Effect.succeedNone)
     )
-    return Option.map(text, (content) => {
+    return Option.map(text, (content): LockHolder => {
       const owner = decodeOwner(content)
-      if (Option.isNone(owner)) return `an unknown writer (${file} names no owner)`
-      const probe = {
-        isProcessAlive: fileLock.processIsAlive,
-        processStartTime: fileLock.procStartTime,
-        inNamespace: fileLock.procInNamespace
+      if (Option.isNone(owner)) {
+        return { description: `an unknown writer (${file} names no owner)`, writer: unknownWriter }
       }
-      const self = { host: os.hostname(), pidNamespace: fileLock.procPidNamespace() }
-      const liveness = fileLock.processLiveness(probe, self, owner.value)
-      const state = liveness === "Gone" ? ", no longer running: the next writer takes it over" : ""
-      return `${fileLock.describeOwner(owner.value)}${state}`
+      const writer = writerOf(owner.value)
+      const state = writer._tag === "Gone" ? ", no longer running: the next writer takes it over" : ""
+      return { description: `${fileLock.describeOwner(owner.value)}${state}`, writer }
     })
   }).pipe(Effect.mapError(persistenceError(`reading the lock of session ${JSON.stringify(id)}`)))
 
@@ -106,12 +163,16 @@ const openFiles = (directory: string, access: Access) =>
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const resolved = path.resolve(directory)
-    const isDirectory = yield* fs.stat(resolved).pipe(
-      Effect.map((info) => info.type === "Directory"),
-      Effect.orElseSucceed(() => false)
+    const type = yield* fs.stat(resolved).pipe(
+      Effect.map((info) => info.type),
+      Effect.orElseSucceed(() => undefined)
     )
-    if (!isDirectory) {
-      return yield* new SessionError.PersistenceError({ reason: `there is no session directory at ${resolved}` })
+    if (type !== "Directory") {
+      return yield* new SessionError.PersistenceError({
+        reason: type === undefined
+          ? `there is no session directory at ${resolved}`
+          : `--dir ${resolved} is not a directory (a session store is a directory of session files)`
+      })
     }
     const layer = FileSessionPersistence.layer({
       directory: resolved,
@@ -134,26 +195,40 @@ const openFiles = (directory: string, access: Access) =>
     } satisfies Store
   })
 
-interface LeaseRow {
-  readonly session_id: string
-  readonly holder: string
-  readonly expires_at: number | string
-}
+/** A lease row of any schema version: the `holder_*` columns came with version 2 (PKG-04). */
+const LeaseRow = Schema.Struct({
+  session_id: Schema.String,
+  holder: Schema.String,
+  expires_at: SqlNumber,
+  holder_host: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null }),
+  holder_pid: Schema.optionalWith(Schema.NullOr(SqlNumber), { default: () => null }),
+  holder_start: Schema.optionalWith(Schema.NullOr(Schema.String), { default: () => null })
+})
 
-/** Reads the lease row of `id` (the version 1 columns, so an unmigrated database is read too). */
+const decodeLeaseRows = Schema.decodeUnknown(Schema.Array(LeaseRow))
+
+/**
+ * Reads the lease row of `id` (`SELECT *`, so a database of schema version 1 is read too). SEC-07:
+ * its holder runs when the lease is valid and names a running process of this host.
+ */
 const sqlLockHolder = (sql: SqlClient, id: SessionId) =>
   Effect.gen(function*() {
-    const rows = yield* sql.withoutTransforms()<LeaseRow>`SELECT session_id, holder, expires_at
-      FROM effect_agent_leases WHERE session_id = ${id}`
-    const row = rows.find((candidate) => candidate.session_id === id)
-    if (row === undefined) return Option.none<string>()
-    const expiresAt = Number(row.expires_at)
-    const until = new Date(expiresAt).toISOString()
-    return Option.some(
-      expiresAt > Date.now()
-        ? `${row.holder}, lease valid until ${until}`
-        : `${row.holder}, lease expired at ${until}: the next writer takes it over`
+    const rows = yield* decodeLeaseRows(
+      yield* sql.withoutTransforms()`SELECT * FROM effect_agent_leases WHERE session_id = ${id}`
     )
+    const row = rows.find((candidate) => candidate.session_id === id)
+    if (row === undefined) return Option.none<LockHolder>()
+    const until = new Date(row.expires_at).toISOString()
+    if (row.expires_at <= Date.now()) {
+      return Option.some<LockHolder>({
+        description: `${row.holder}, lease expired at ${until}: the next writer takes it over`,
+        writer: { _tag: "Gone" }
+      })
+    }
+    const owner = sqlLease.holderOfRow(row)
+    const writer = owner === undefined ? unknownWriter : writerOf(owner)
+    const state = writer._tag === "Gone" ? ", no longer running: the next writer takes it over" : ""
+    return Option.some<LockHolder>({ description: `${row.holder}, lease valid until ${until}${state}`, writer })
   }).pipe(Effect.mapError(persistenceError(`reading the lease of session ${JSON.stringify(id)}`)))
 
 const openSql = (
@@ -187,6 +262,35 @@ const driver = <A>(name: string, load: () => Promise<A>) =>
       })
   })
 
+/** The first bytes of every SQLite database file (an empty file is an empty database). */
+const sqliteMagic = "SQLite format 3\u0000"
+
+/** SEC-09: a file that is not a SQLite database is refused in one line before the driver opens it. */
+const checkSqliteHeader = (file: string) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const handle = yield* fs.open(file, { flag: "r" })
+    const head = yield* handle.readAlloc(sqliteMagic.length)
+    const text = Option.match(head, { onNone: () => "", onSome: (bytes) => new TextDecoder("latin1").decode(bytes) })
+    if (text !== "" && text !== sqliteMagic) {
+      return yield* new SessionError.PersistenceError({
+        reason: `--sqlite ${file} is not a SQLite database (it does not start with the SQLite header)`
+      })
+    }
+  }).pipe(
+    Effect.scoped,
+    Effect.catchTags({
+      BadArgument: (error) => Effect.fail(persistenceError(`reading ${file}`)(error)),
+      SystemError: (error) => Effect.fail(persistenceError(`reading ${file}`)(error))
+    })
+  )
+
+/** The first line of what a cause says, without a stack. */
+const causeText = (cause: Cause.Cause<unknown>): string => {
+  const error = Cause.squash(cause)
+  return (error instanceof Error ? error.message : String(error)).split("\n")[0]!
+}
+
 const openSqlite = (file: string, access: Access) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
@@ -200,8 +304,18 @@ const openSqlite = (file: string, access: Access) =>
     if (!isFile) {
       return yield* new SessionError.PersistenceError({ reason: `there is no SQLite database at ${resolved}` })
     }
+    yield* checkSqliteHeader(resolved)
     const sqlite = yield* driver("@effect/sql-sqlite-node", () => import("@effect/sql-sqlite-node"))
-    return yield* openSql(`the SQLite database ${resolved}`, sqlite.SqliteClient.layer({ filename: resolved }), access)
+    const description = `the SQLite database ${resolved}`
+    // the driver reports a database it cannot open (permissions, a damaged file) by throwing: a defect
+    const client = sqlite.SqliteClient.layer({ filename: resolved }).pipe(
+      Layer.catchAllCause((cause) =>
+        Layer.fail(
+          new SessionError.PersistenceError({ reason: `opening ${description}: ${causeText(cause)}`, cause })
+        )
+      )
+    )
+    return yield* openSql(description, client, access)
   })
 
 /** The URL without its password, for messages. */

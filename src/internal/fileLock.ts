@@ -158,6 +158,28 @@ export const procStartTime = (pid: number): string | undefined => {
   }
 }
 
+/** Clock ticks per second in `/proc/<pid>/stat` (the kernel's USER_HZ, 100 on Linux). */
+const ticksPerSecond = 100
+
+/**
+ * When a process started, from its {@link procStartTime}, for people (SEC-07: the operator CLI
+ * names the process it refuses to break the lock of): `undefined` when the start time is of another
+ * boot or not of this form.
+ *
+ * @internal
+ */
+export const startTimeMillis = (startTime: string): number | undefined => {
+  const colon = startTime.lastIndexOf(":")
+  const ticks = startTime.slice(colon + 1)
+  if (colon < 0 || startTime.slice(0, colon) !== bootId() || !/^\d+$/.test(ticks)) return undefined
+  try {
+    const btime = /^btime (\d+)$/m.exec(readFileSync("/proc/stat", "latin1"))
+    return btime === null ? undefined : Number(btime[1]) * 1000 + Math.round((Number(ticks) * 1000) / ticksPerSecond)
+  } catch {
+    return undefined
+  }
+}
+
 /**
  * This process's PID namespace (Linux: the target of `/proc/self/ns/pid`), `undefined` elsewhere.
  *

@@ -110,13 +110,28 @@ const validUntil = (row: LeaseRow) => `lease valid until ${new Date(row.expires_
 const locked = (id: SessionId, row: LeaseRow) =>
   new SessionError.SessionLocked({ id, holder: `${row.holder}, ${validUntil(row)}`, remedy: lockedRemedy(id) })
 
+/**
+ * PKG-04: the process a lease row names, from its `holder_*` columns; `undefined` for a row of
+ * version 1 (the columns are NULL) or one naming no valid pid.
+ *
+ * @internal
+ */
+export const holderOfRow = (row: {
+  readonly holder_host: string | null
+  readonly holder_pid: number | null
+  readonly holder_start: string | null
+}): LeaseHolder | undefined => {
+  if (row.holder_host === null || row.holder_pid === null) return undefined
+  const pid = row.holder_pid
+  if (!Number.isSafeInteger(pid) || pid <= 0) return undefined
+  const { pidNamespace, startTime } = decodeStart(row.holder_start)
+  return { host: row.holder_host, pid, startTime, pidNamespace }
+}
+
 /** PKG-04: whether the row's holder is a process of this host that no longer runs (v1 rows never are). */
 const isHolderGone = (ctx: LeaseContext, row: LeaseRow): boolean => {
-  if (row.holder_host === null || row.holder_pid === null) return false
-  const pid = row.holder_pid
-  if (!Number.isSafeInteger(pid) || pid <= 0) return false
-  const owner = { host: row.holder_host, pid, ...decodeStart(row.holder_start) }
-  return processLiveness(ctx.probe, ctx.self, owner) === "Gone"
+  const owner = holderOfRow(row)
+  return owner !== undefined && processLiveness(ctx.probe, ctx.self, owner) === "Gone"
 }
 
 /** The lease changed between two of our statements (released, renewed, taken over): look again. */

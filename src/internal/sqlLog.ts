@@ -32,8 +32,12 @@ export const SqlNumber: Schema.Schema<number, number | string | bigint> = Schema
   })
 )
 
-/** The row of an event: its record is JSON text, validated by the event codec. @internal */
-export const EventRow = Schema.Struct({ record: Schema.Unknown })
+/**
+ * The row of an event: its `seq` column, and its record as JSON text, validated by the event codec.
+ *
+ * @internal
+ */
+export const EventRow = Schema.Struct({ seq: SqlNumber, record: Schema.Unknown })
 
 /** @internal */
 export type EventRow = typeof EventRow.Type
@@ -80,8 +84,23 @@ export const decodeHeader = (
   headerOf(id, text, "row")
 
 /**
+ * SEC-07: a row whose `seq` column is not the seq of the event it holds. The appends of a writer
+ * take the column's largest value as the log's length, so such a row would make every later append
+ * conflict; it is reported where it is read (resume, `verify`, `repair`), naming both seqs.
+ */
+const misplacedRow = (id: SessionId, seq: number, column: number): SessionError.SessionCorrupt =>
+  new SessionError.SessionCorrupt({
+    id,
+    line: seq + 2,
+    reason: `the row of the event of seq ${seq} is stored with seq ${column} in its seq column (the column and the ` +
+      `record disagree, so the log's length cannot be told and every append would conflict); set that row's seq ` +
+      `column back to ${seq} once you have checked the row`
+  })
+
+/**
  * Validates the event rows of a session, in seq order. Rows are written in transactions, so
- * nothing is ever torn: any bad record fails (PERS-03: committed data is never silently dropped).
+ * nothing is ever torn: any bad record fails (PERS-03: committed data is never silently dropped),
+ * and so does a row whose `seq` column disagrees with its record (SEC-07).
  *
  * @internal
  */
@@ -96,6 +115,7 @@ export const decodeEvents = (
       ? Either.left({ _tag: "Invalid" as const, reason: json.left })
       : storedEvent(json.right, i)
     if (Either.isLeft(event)) return Either.left(recordError(id, i + 2, event.left))
+    if (rows[i]!.seq !== i) return Either.left(misplacedRow(id, i, rows[i]!.seq))
     events[i] = event.right
   }
   return Either.right(events)
