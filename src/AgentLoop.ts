@@ -3,7 +3,7 @@
  * transaction (PUB, RES) and tears each down in one ordered, memoized quiescence that every owner
  * awaits (LIFE, OWN, FAC-04). Installing its layer installs it in the AgentRegistry's factory slot.
  *
- * The implementation is in `internal/agentLoop/`: `factory.ts` (create, resume, the factory's close),
+ * The implementation is in `internal/agent/loop/`: `factory.ts` (create, resume, the factory's close),
  * `transaction.ts` (PUB steps 0–6 and the rollback), `agent.ts` (building the agent), `teardown.ts`
  * and `teardownSteps.ts` (LIFE-01..06), `timeout.ts` (CORE-06), `state.ts` (the state records).
  *
@@ -13,7 +13,7 @@ import type { Duration, Scope } from "effect"
 import { Context, Effect, Layer } from "effect"
 import type * as AgentError from "./AgentError.js"
 import type { AgentFactory, AgentRegistry } from "./AgentRegistry.js"
-import * as factory from "./internal/agentLoop/factory.js"
+import * as factory from "./internal/agent/loop/factory.js"
 import type { Model } from "./Model.js"
 import type { SessionStore } from "./SessionStore.js"
 

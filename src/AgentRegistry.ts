@@ -10,7 +10,7 @@ import { Context, Layer } from "effect"
 import type { Agent, AgentHandle, CreateOptions, ResumeOptions } from "./Agent.js"
 import type * as AgentError from "./AgentError.js"
 import type { AgentEvent } from "./AgentEvent.js"
-import * as internal from "./internal/agentRegistry.js"
+import * as internal from "./internal/agent/registry.js"
 import type { SessionId } from "./Message.js"
 
 /**

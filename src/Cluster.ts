@@ -19,10 +19,10 @@ import type { Scope } from "effect"
 import { Context, Duration, Effect, Layer } from "effect"
 import * as AgentHost from "./AgentHost.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
-import * as clusterClient from "./internal/clusterClient.js"
-import * as clusterEntity from "./internal/clusterEntity.js"
-import { AgentEntity } from "./internal/clusterProtocol.js"
-import * as clusterRecovery from "./internal/clusterRecovery.js"
+import * as clusterClient from "./internal/cluster/client.js"
+import * as clusterEntity from "./internal/cluster/entity.js"
+import { AgentEntity } from "./internal/cluster/protocol.js"
+import * as clusterRecovery from "./internal/cluster/recovery.js"
 import type { SessionId, UserMessage } from "./Message.js"
 import { SessionGateway } from "./SessionGateway.js"
 import type { SendError, SendMode, SendReceipt, WriteError } from "./SessionGateway.js"
@@ -52,7 +52,7 @@ export {
    * @category entity
    */
   AgentEntity
-} from "./internal/clusterProtocol.js"
+} from "./internal/cluster/protocol.js"
 
 // -------------------------------------------------------------------------------------------------
 // Runner side

@@ -30,7 +30,7 @@
  * @since 0.2.0
  */
 import type { Usage } from "./SessionEvent.js"
-import { summaryPreamble as preamble } from "./internal/history.js"
+import { summaryPreamble as preamble } from "./internal/log/history.js"
 
 /**
  * How an agent compacts. Every field is optional; the defaults are {@link defaultThreshold},

@@ -7,7 +7,7 @@
 import type { Effect, Stream } from "effect"
 import { Data } from "effect"
 import type * as AgentError from "./AgentError.js"
-import * as internal from "./internal/inbox.js"
+import * as internal from "./internal/agent/inbox.js"
 import type { MessageId, UserMessage } from "./Message.js"
 import type { Session } from "./Session.js"
 import type { SessionAppendError } from "./SessionError.js"

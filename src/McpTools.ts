@@ -10,7 +10,7 @@ import { Context, Deferred, Duration, Effect, Either, Layer, Option, Schedule, S
 import * as connection from "./internal/agent/mcpConnection.js"
 import * as mcpTools from "./internal/agent/mcpTools.js"
 import { DurationInput, formatParseError } from "./internal/options.js"
-import * as tools from "./internal/tools.js"
+import * as tools from "./internal/agent/tools.js"
 import * as Tool from "./Tool.js"
 
 export {

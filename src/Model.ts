@@ -6,7 +6,7 @@
 import type { Schema, Scope, Stream } from "effect"
 import { Context, Effect, Layer, Stream as S } from "effect"
 import { ModelError, RouteRefused } from "./AgentError.js"
-import * as scriptedModel from "./internal/scripted.js"
+import * as scriptedModel from "./internal/model/scripted.js"
 import type { Message, SessionId } from "./Message.js"
 import type { FinishReason, JsonRecord, Usage } from "./SessionEvent.js"
 

@@ -10,7 +10,7 @@
 import { Option } from "effect"
 import type { MessageId, ToolResultMessage, UserMessage } from "./Message.js"
 import type { CoreEvent, CoreType, InboxTarget, SessionEvent } from "./SessionEvent.js"
-import * as history from "./internal/history.js"
+import * as history from "./internal/log/history.js"
 import { deepFreeze } from "./internal/json.js"
 
 type Core<T extends CoreType> = Extract<CoreEvent, { readonly type: T }>

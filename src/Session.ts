@@ -7,8 +7,8 @@
  */
 import type { Array as Arr, Scope, Stream } from "effect"
 import { Effect, Either } from "effect"
-import * as internal from "./internal/session.js"
-import * as codec from "./internal/eventCodec.js"
+import * as internal from "./internal/log/session.js"
+import * as codec from "./internal/log/eventCodec.js"
 import type { Message, SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import type { InvalidSessionId } from "./Message.js"
@@ -196,7 +196,7 @@ export const make = (options: {
  * @since 0.1.0
  * @category history
  */
-export { derive as deriveMessages, interruptedNote } from "./internal/history.js"
+export { derive as deriveMessages, interruptedNote } from "./internal/log/history.js"
 
 /**
  * The fixed text of the system note the history carries after a turn that a dispose interrupted
@@ -206,4 +206,4 @@ export { derive as deriveMessages, interruptedNote } from "./internal/history.js
  * @since 0.2.0
  * @category history
  */
-export { shutdownNote } from "./internal/history.js"
+export { shutdownNote } from "./internal/log/history.js"

@@ -7,7 +7,7 @@
 import type { Array as Arr, Stream } from "effect"
 import { Context, Effect, Either, Layer, Scope, Stream as S } from "effect"
 import * as internalOptions from "./internal/options.js"
-import * as recordSize from "./internal/recordSize.js"
+import * as recordSize from "./internal/log/recordSize.js"
 import type { SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"

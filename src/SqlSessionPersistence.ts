@@ -16,15 +16,15 @@ import { Array as Arr, Chunk, Clock, Duration, Effect, Either, Layer, Option, Sc
 import * as os from "node:os"
 import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentRuntime from "./AgentRuntime.js"
-import * as committer from "./internal/sqlCommitter.js"
+import * as committer from "./internal/storage/sql/committer.js"
 import * as lock from "./internal/lock.js"
 import * as internalOptions from "./internal/options.js"
-import * as recordSize from "./internal/recordSize.js"
-import * as lease from "./internal/sqlLease.js"
-import { namedSession } from "./internal/jsonl.js"
-import type { ListEntry } from "./internal/listing.js"
-import { unreadable } from "./internal/listing.js"
-import * as hostSqlSummary from "./internal/hostSqlSummary.js"
+import * as recordSize from "./internal/log/recordSize.js"
+import * as lease from "./internal/storage/sql/lease.js"
+import { namedSession } from "./internal/storage/file/jsonl.js"
+import type { ListEntry } from "./internal/storage/listing.js"
+import { unreadable } from "./internal/storage/listing.js"
+import * as hostSqlSummary from "./internal/storage/sql/summary.js"
 import {
   conflict,
   decodeEvents,
@@ -34,15 +34,15 @@ import {
   malformedRow,
   persistenceError,
   SqlNumber
-} from "./internal/sqlLog.js"
-import type { Dialect } from "./internal/sqlSchema.js"
-import { checkReadable, dialectOf, migrate } from "./internal/sqlSchema.js"
+} from "./internal/storage/sql/log.js"
+import type { Dialect } from "./internal/storage/sql/schema.js"
+import { checkReadable, dialectOf, migrate } from "./internal/storage/sql/schema.js"
 import {
   procInNamespace,
   processIsAlive as isProcessAlive,
   procPidNamespace,
   procStartTime
-} from "./internal/fileLock.js"
+} from "./internal/storage/file/lock.js"
 import type { SessionId } from "./Message.js"
 import { sessionId } from "./Message.js"
 import type { Model } from "./Model.js"
@@ -50,7 +50,7 @@ import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
 import type { SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
-import { assertSessionId, discardRefused, inWriterScope } from "./internal/writerScope.js"
+import { assertSessionId, discardRefused, inWriterScope } from "./internal/storage/writerScope.js"
 
 /**
  * When an append is acknowledged (PERS-04). An append is acknowledged when its transaction

@@ -18,7 +18,7 @@ import type { Agent } from "../src/Agent.js"
 import * as AgentError from "../src/AgentError.js"
 import { AgentEvent } from "../src/AgentEvent.js"
 import * as AgentRegistry from "../src/AgentRegistry.js"
-import * as internal from "../src/internal/agentRegistry.js"
+import * as internal from "../src/internal/agent/registry.js"
 import * as Session from "../src/Session.js"
 import { makeStubAgent, makeTestFactory } from "./fixtures/stubAgent.js"
 

@@ -4,7 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Effect, FastCheck as fc } from "effect"
-import * as sse from "../src/internal/sse.js"
+import * as sse from "../src/internal/model/sseReader.js"
 
 /** What the parser makes of `text`, its bytes cut into pieces of `size`: the events' data, and whether it stopped (SEC-02). */
 const parse = (text: string, size: number, maxEventBytes?: number) => {

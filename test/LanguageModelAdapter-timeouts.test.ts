@@ -24,7 +24,7 @@ import {
   TestClock
 } from "effect"
 import { ModelError } from "../src/AgentError.js"
-import { watched, withAbortingTimeouts, withTimeouts } from "../src/internal/modelTimeouts.js"
+import { watched, withAbortingTimeouts, withTimeouts } from "../src/internal/model/timeouts.js"
 
 const timeouts = { requestTimeout: Duration.minutes(10), idleTimeout: Duration.seconds(30) }
 

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Deferred, Effect, Exit, Fiber, Option, Ref, Scope, Stream } from "effect"
-import { core } from "../src/internal/session.js"
+import { core } from "../src/internal/log/session.js"
 import * as Session from "../src/Session.js"
 import * as SessionStore from "../src/SessionStore.js"
 

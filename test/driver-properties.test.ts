@@ -6,7 +6,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, FastCheck as fc, Ref, Schema } from "effect"
-import * as internalInbox from "../src/internal/inbox.js"
+import * as internalInbox from "../src/internal/agent/inbox.js"
 import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import * as Session from "../src/Session.js"

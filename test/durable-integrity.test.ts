@@ -8,7 +8,7 @@ import { Effect, Either, Exit, FastCheck, Layer, Ref, Schema, Stream } from "eff
 import type { Scope } from "effect"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
-import * as codec from "../src/internal/eventCodec.js"
+import * as codec from "../src/internal/log/eventCodec.js"
 import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import * as Session from "../src/Session.js"

@@ -6,7 +6,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Duration, Effect, Exit, Fiber, Queue, Ref, TestClock } from "effect"
 import { ModelError } from "../src/AgentError.js"
-import * as modelRetry from "../src/internal/modelRetry.js"
+import * as modelRetry from "../src/internal/model/retry.js"
 
 /** An attempt that fails with the errors given in order, then succeeds with its number. */
 const scripted = (errors: ReadonlyArray<ModelError>) =>

@@ -8,7 +8,7 @@ import { Effect, FastCheck } from "effect"
 import { Buffer } from "node:buffer"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import * as recordSize from "../src/internal/recordSize.js"
+import * as recordSize from "../src/internal/log/recordSize.js"
 import { disallowed, reachablePackages, specifiersOf } from "./fixtures/importGraph.js"
 
 const src = fileURLToPath(new URL("../src", import.meta.url))

@@ -152,7 +152,7 @@ describe("packaging", () => {
         for (const file of published) assert.include(tarball.files, `dist/${file}`)
         assert.include(tarball.files, "package.json")
         // INS-01: the inspector's page ships as it is in the repository (no build), next to dist/ and src/,
-        // where dist/internal/httpInspector.js looks for it
+        // where dist/internal/http/inspector.js looks for it
         for (const file of fs.readdirSync(path.join(root, "inspector"))) assert.include(tarball.files, `inspector/${file}`)
         assert.isFalse(tarball.files.some((file) => file.startsWith("test/") || file.startsWith("bench/")))
 

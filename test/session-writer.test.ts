@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Chunk, Effect, Either, Exit, Fiber, Scope, Stream, TestClock } from "effect"
 import type { Scheduler } from "effect"
-import { core } from "../src/internal/session.js"
+import { core } from "../src/internal/log/session.js"
 import * as Session from "../src/Session.js"
 import * as SessionError from "../src/SessionError.js"
 import * as SessionPersistenceModule from "../src/SessionPersistence.js"

@@ -7,7 +7,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Arbitrary, Either, FastCheck as fc, Schema } from "effect"
-import { parsedEvent, storedEvent } from "../src/internal/eventCodec.js"
+import { parsedEvent, storedEvent } from "../src/internal/log/eventCodec.js"
 import * as SessionEvent from "../src/SessionEvent.js"
 
 const Custom = Schema.Struct({

@@ -8,7 +8,7 @@
  */
 import { Effect, Option } from "effect"
 import type * as AgentError from "../AgentError.js"
-import * as inbox from "../internal/inbox.js"
+import * as inbox from "../internal/agent/inbox.js"
 import type { ContentPart, SessionId } from "../Message.js"
 import * as Repair from "../Repair.js"
 import type { CoreEvent, SessionEvent, SessionHeader } from "../SessionEvent.js"

@@ -1,0 +1,122 @@
+/**
+ * The driver of one agent: one state machine (`Idle | Maintenance | Running`) changed under one lock
+ * (as a SynchronizedRef would be, `driver/state.ts`); its activities requested under that lock and
+ * started by one drain fiber that takes wake-ups from a `Queue` (CORE-04) and observes how each ends
+ * (CORE-01, `driver/activity.ts`); cancellation as interruption plus a set-once cause
+ * (`driver/verbs.ts`), and the turn/step loop (SPEC §8: `driver/drain.ts`, `driver/turn.ts`,
+ * `driver/model.ts`, `driver/tools.ts`, `driver/closers.ts`).
+ *
+ * @internal
+ */
+import type { Option } from "effect"
+import { Effect } from "effect"
+import type * as AgentError from "../../../AgentError.js"
+import type { AgentStatus } from "../../../AgentEvent.js"
+import type * as Compaction from "../../../Compaction.js"
+import type { UserMessage } from "../../../Message.js"
+import type * as SessionError from "../../../SessionError.js"
+import type { CancelCause, InboxTarget } from "../../../SessionEvent.js"
+import type { DriverDeps } from "./state.js"
+import { DriverState } from "./state.js"
+import * as compaction from "../compaction.js"
+import * as verbs from "./verbs.js"
+
+export type { DriverDeps } from "./state.js"
+
+/** @internal */
+export interface Driver {
+  readonly status: Effect.Effect<AgentStatus>
+  readonly send: (message: UserMessage, target: InboxTarget, wake: boolean) => Effect.Effect<void, AgentError.SendError>
+  readonly cancel: (
+    cause: CancelCause,
+    options?: { readonly keepInbox?: boolean | undefined }
+  ) => Effect.Effect<void, SessionError.SessionAppendError>
+  readonly whenIdle: Effect.Effect<void>
+  readonly runMaintenance: <A, E, R>(
+    task: Effect.Effect<A, E, R>
+  ) => Effect.Effect<
+    A,
+    E | AgentError.AgentBusy | AgentError.AgentCanceled | AgentError.AgentInactive | AgentError.AgentBroken,
+    R
+  >
+  /** CMP-01: `agent.compact`, a compaction between turns claiming the agent like `runMaintenance`. */
+  readonly compact: (
+    options: Compaction.CompactOptions | undefined
+  ) => Effect.Effect<
+    Option.Option<Compaction.Compacted>,
+    | AgentError.InvalidAgentOptions
+    | AgentError.ModelError
+    | SessionError.SessionAppendError
+    | AgentError.AgentBusy
+    | AgentError.AgentCanceled
+    | AgentError.AgentInactive
+    | AgentError.AgentBroken
+  >
+  /** HOST-03: starts a drain when idle and some pending message was sent waking; a no-op otherwise. */
+  readonly wake: Effect.Effect<void>
+  /** Publication finished (`true`) or was vetoed (`false`): releases gated senders (PUB-11). */
+  readonly open: (published: boolean) => Effect.Effect<void>
+  /** Teardown step 1 (LIFE-01/06): refuse new work, cancel with `disposed` keeping the inbox, await convergence. */
+  readonly stop: Effect.Effect<void>
+  /** Never had an activity: `stop` then only refuses new work, in one synchronous step (B1). */
+  readonly neverActive: () => boolean
+  readonly isActive: () => boolean
+  /** OBS-02: the agent was torn down: its inbox leaves `Metrics.inboxDepth`. */
+  readonly unmeter: () => void
+}
+
+/**
+ * The verbs over one state record. Its methods live on the prototype: a driver is two small objects,
+ * not a closure per verb (B2). Call them on the driver (`driver.send(…)`), not detached.
+ */
+class DriverHandle implements Driver {
+  constructor(private readonly state: DriverState) {}
+  /** AGT-02: made when read (an idle agent holds none, B2). */
+  get status(): Effect.Effect<AgentStatus> {
+    return Effect.sync(() => this.state.status)
+  }
+  send(message: UserMessage, target: InboxTarget, wake: boolean) {
+    return verbs.send(this.state, message, target, wake)
+  }
+  cancel(cause: CancelCause, options?: { readonly keepInbox?: boolean | undefined }) {
+    return verbs.cancel(this.state, cause, options)
+  }
+  get whenIdle() {
+    return verbs.whenIdle(this.state)
+  }
+  runMaintenance<A, E, R>(task: Effect.Effect<A, E, R>) {
+    return verbs.runMaintenance(this.state, task)
+  }
+  compact(options: Compaction.CompactOptions | undefined) {
+    return compaction.compactAgent((task) => verbs.runMaintenance(this.state, task), this.state.deps, options)
+  }
+  get wake() {
+    return verbs.wake(this.state)
+  }
+  open(published: boolean) {
+    return verbs.open(this.state, published)
+  }
+  get stop() {
+    return verbs.stop(this.state)
+  }
+  unmeter() {
+    this.state.deps.inbox.unmeter()
+  }
+  neverActive() {
+    return this.state.phaseLock === undefined
+  }
+  isActive() {
+    return !this.state.disposing
+  }
+}
+
+/** @internal */
+export const make = (deps: DriverDeps): Effect.Effect<Driver> => Effect.sync(() => unsafeMake(deps))
+
+/**
+ * `make` as a plain constructor: building a driver only allocates (its state machine, gate and
+ * fibers are made on first use), so a caller already running an operation pays none (B1).
+ *
+ * @internal
+ */
+export const unsafeMake = (deps: DriverDeps): Driver => new DriverHandle(new DriverState(deps))

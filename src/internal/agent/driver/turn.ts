@@ -1,0 +1,380 @@
+/**
+ * One turn (SPEC §8, TURN): steps until its end reason is known — each step's input through the
+ * `preStep` hooks and claimed from the inbox (INB-06, DLV-09), the request config written when it
+ * changes, the model's reply logged, its tool calls run — then the closers and `turn/end` in one
+ * batch (CAN-05), whatever ended it. A failed durable write breaks the agent instead (SES-02b).
+ *
+ * @internal
+ */
+import type { Tracer } from "effect"
+import { Cause, Effect, Exit, Option } from "effect"
+import * as AgentError from "../../../AgentError.js"
+import { AgentEvent } from "../../../AgentEvent.js"
+import type { AssistantMessage, MessageId } from "../../../Message.js"
+import type { ModelRequest, ToolSchema } from "../../../Model.js"
+import type { CoreEventInput, TurnEndReason } from "../../../SessionEvent.js"
+import type * as Tool from "../../../Tool.js"
+import * as compaction from "../compaction.js"
+import * as observability from "../../observability.js"
+import { closers, streamedContent } from "./closers.js"
+import { assistantMessage, closerMirrors } from "./liveEvents.js"
+import { callModel, resolveRoute } from "./model.js"
+import type { DriverState } from "./state.js"
+import { markBroken } from "./state.js"
+import { runTools } from "./tools.js"
+import type { PendingCall } from "./turnContext.js"
+import { asWriteFailure, LogWriteFailed, TurnContext, write } from "./turnContext.js"
+
+/** What a finished turn tells its drain. @internal */
+export interface TurnOutcome {
+  readonly reason: TurnEndReason
+  /** A normal end after at least one step: pending follow-ups start the next turn (TURN-07, DLV-09). */
+  readonly continues: boolean
+}
+
+/** A reply of the model as the turn logs it (calls and finish normalized, DUR-02). */
+type Reply = Effect.Effect.Success<ReturnType<typeof callModel>>
+
+const completed: TurnEndReason = { kind: "completed" }
+
+/** RES-07/08: no provider or model in the options nor in the log. */
+const noRoute: TurnEndReason = {
+  kind: "error",
+  error: { message: "no provider/model: set them in the agent options", code: "NO_ROUTE" }
+}
+
+/** The `request/config` of a step: its route and the tools offered (RES-07/08). */
+const configOf = (route: Tool.Route, schemas: ReadonlyArray<ToolSchema>) => ({
+  provider: route.provider,
+  model: route.model,
+  ...(route.maxTokens !== undefined ? { maxTokens: route.maxTokens } : {}),
+  ...(route.system !== undefined ? { system: route.system } : {}),
+  tools: schemas.map((s) => ({ name: s.name, description: s.description, parameters: s.jsonSchema }))
+})
+type RequestConfig = ReturnType<typeof configOf>
+
+const requestOf = (
+  state: DriverState,
+  config: RequestConfig,
+  messages: ModelRequest["messages"],
+  schemas: ReadonlyArray<ToolSchema>
+): ModelRequest => ({
+  sessionId: state.deps.id,
+  provider: config.provider,
+  model: config.model,
+  ...(config.maxTokens !== undefined ? { maxTokens: config.maxTokens } : {}),
+  ...(config.system !== undefined ? { system: config.system } : {}),
+  messages,
+  tools: schemas
+})
+
+/** The step's `assistant/message`: streamed content, then the calls (none at `max-tokens`). */
+const assistantEventOf = (
+  ctx: TurnContext,
+  step: number,
+  config: RequestConfig,
+  reply: Reply,
+  calls: ReadonlyArray<PendingCall>
+): CoreEventInput => {
+  const content = streamedContent(ctx)
+  for (const call of calls) {
+    content.push({
+      type: "tool-call",
+      callId: call.callId,
+      name: call.name,
+      arguments: call.arguments,
+      ...(call.providerCallId !== undefined ? { providerCallId: call.providerCallId } : {})
+    })
+  }
+  const message: AssistantMessage = {
+    id: `assistant:${ctx.turn}:${step}` as MessageId,
+    role: "assistant",
+    content,
+    source: { kind: "model", provider: config.provider, model: config.model }
+  }
+  const event: CoreEventInput = {
+    type: "assistant/message",
+    data: {
+      turn: ctx.turn,
+      step,
+      message,
+      finish: reply.finish.reason === "tool-calls" && calls.length === 0 ? "stop" : reply.finish.reason,
+      ...(reply.finish.usage !== undefined ? { usage: reply.finish.usage } : {})
+    }
+  }
+  return event
+}
+
+/** Opens a step: `step/start` (alone, when nothing enters it). */
+const openStep = (state: DriverState, ctx: TurnContext, step: number) =>
+  Effect.map(write(state, [{ type: "step/start", data: { turn: ctx.turn, step } }]), () => {
+    ctx.openStep = step
+    ctx.steps++
+  })
+
+/**
+ * The step's input (TURN-04/05, DLV-09): every proposal goes through the `preStep` hooks, which may
+ * add to an empty batch or reject it; what enters is claimed with the step's opening (INB-06) unless
+ * a cancel landed first. `undefined` when the step is open, else the turn's end reason. A plain
+ * generator that `turnBody` delegates to (`yield*`): a function call, no Effect of its own (B5).
+ */
+function* enterStep(state: DriverState, ctx: TurnContext, step: number) {
+  const deps = state.deps
+  const isCanceled = () => Option.isSome(state.cancelCell)
+  // a cancel was called (its interruption may still be on its way, SEC-11): no further step opens
+  if (isCanceled()) return yield* Effect.interrupt
+  const peeked = yield* deps.inbox.peek(step === 1 ? "turn" : "step")
+  const decision = yield* Effect.interruptible(
+    deps.hooks.runPreStep({ agent: deps.agent(), turn: ctx.turn, step }, peeked)
+  )
+  if (decision.kind === "reject") {
+    if (peeked.length > 0) {
+      yield* asWriteFailure(deps.inbox.reject(peeked.map((m) => m.id), { guard: () => !isCanceled() }))
+    }
+    // a cancel that landed first wins: with keepInbox the batch stays pending
+    if (isCanceled()) return yield* Effect.interrupt
+    return { kind: "blocked", reason: decision.reason } as TurnEndReason
+  }
+  const entering = decision.messages
+  // nothing to enter the first step: the turn ends without one (DLV-09)
+  if (step === 1 && peeked.length === 0 && entering.length === 0) return completed
+  if (peeked.length === 0 && entering.length === 0) {
+    yield* openStep(state, ctx, step)
+    return undefined
+  }
+  const claimed = yield* asWriteFailure(deps.inbox.claim({
+    turn: ctx.turn,
+    step,
+    peeked: peeked.map((m) => m.id),
+    entering,
+    guard: () => !isCanceled()
+  }))
+  if (Option.isNone(claimed)) return yield* Effect.interrupt
+  if (claimed.value.entered.length > 0) {
+    ctx.openStep = step
+    ctx.steps++
+    return undefined
+  }
+  // nothing entered the first step: the turn ends without one (DLV-09)
+  if (step === 1) return completed
+  yield* openStep(state, ctx, step)
+  return undefined
+}
+
+/** How an opened step ended: its reply asked for tools (and whether a result concludes the turn), or hit max-tokens. */
+interface StepOutcome {
+  readonly hadCalls: boolean
+  readonly concludes: boolean
+  readonly maxTokens: boolean
+}
+
+/**
+ * One opened step: the request config when it changed, the model's reply logged (and announced,
+ * EVS-02), its tool calls run; the step is closed when it returns. The turn's end reason instead
+ * when there is no route. A plain generator that `turnBody` delegates to (B5).
+ */
+function* runStep(state: DriverState, ctx: TurnContext, step: number) {
+  const deps = state.deps
+  observability.countStep()
+  ctx.calls = []
+  ctx.logged = 0
+  const route = yield* resolveRoute(state, ctx.turn, step)
+  if (Option.isNone(route)) return noRoute
+  ctx.route = route.value
+  const schemas = (yield* deps.tools).map(deps.toSchema)
+  const config = configOf(route.value, schemas)
+  const configKey = JSON.stringify(config)
+  if (configKey !== state.lastConfig) {
+    yield* write(state, [{ type: "request/config", data: config }])
+    state.lastConfig = configKey
+  }
+  // CMP-01: compaction at this step boundary when the prompt outgrows the window (agent/compaction.ts)
+  if (deps.options.contextWindow !== undefined) {
+    yield* compaction.atStepBoundary({
+      ...deps,
+      route: route.value,
+      tools: schemas,
+      turn: ctx.turn,
+      step,
+      append: (event) => Effect.map(write(state, [event]), (events) => events[0])
+    })
+  }
+  const request = requestOf(state, config, yield* deps.session.messages, schemas)
+  const reply = yield* callModel(state, ctx, step, request)
+  const maxTokens = reply.finish.reason === "max-tokens"
+  const calls: Array<PendingCall> = maxTokens
+    ? []
+    : reply.calls.map((call) => ({ ...call, state: "waiting" as const, result: undefined }))
+  const hadCalls = calls.length > 0
+  const assistantEvent = assistantEventOf(ctx, step, config, reply, calls)
+  if (ctx.stepSpan !== undefined) stepAttributes(ctx, ctx.stepSpan, reply)
+  if (hadCalls) {
+    const [logged] = yield* write(state, [assistantEvent])
+    ctx.calls = calls
+    yield* deps.emit(assistantMessage(state, logged))
+  } else {
+    // no calls: nothing waits between the message and `step/end`, so they are one batch
+    const [logged] = yield* write(state, [assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
+    ctx.openStep = undefined
+    ctx.calls = []
+    yield* deps.emit(assistantMessage(state, logged))
+  }
+  ctx.streamedText = ""
+  ctx.streamedReasoning = ""
+  const concludes = hadCalls ? yield* runTools(state, ctx, step) : false
+  if (ctx.openStep !== undefined) {
+    // defensive: `runTools` closes the step with its last results, so this does not run today
+    yield* write(state, [{ type: "step/end", data: { turn: ctx.turn, step } }])
+    ctx.openStep = undefined
+    ctx.calls = []
+  }
+  const outcome: StepOutcome = { hadCalls, concludes, maxTokens }
+  return outcome
+}
+
+/** OBS-01: the step's finish reason and usage on its span, summed into the turn's. */
+const stepAttributes = (ctx: TurnContext, span: Tracer.Span, reply: Reply): void => {
+  span.attribute(observability.attr.finish, reply.finish.reason)
+  const usage = reply.finish.usage
+  observability.usageAttributes(span, usage)
+  ctx.inputTokens += usage?.inputTokens ?? 0
+  ctx.outputTokens += usage?.outputTokens ?? 0
+}
+
+/** OBS-01: `runStep` in its `effect-agent.step` span (a child of the turn's, the parent of its requests and calls). */
+const tracedStep = (state: DriverState, ctx: TurnContext, step: number) =>
+  observability.spanned(state.deps.telemetry, "effect-agent.step", () => ({
+    [observability.attr.agentId]: state.deps.id,
+    [observability.attr.turn]: ctx.turn,
+    [observability.attr.step]: step
+  }), (span) =>
+    Effect.gen(function*() {
+      ctx.stepSpan = span
+      return yield* runStep(state, ctx, step)
+    }).pipe(Effect.ensuring(Effect.sync(() => {
+      ctx.stepSpan = undefined
+    }))))
+
+/** Runs steps until the turn's end reason is known. Writes everything but the closers and `turn/end`. */
+const turnBody = (state: DriverState, ctx: TurnContext) =>
+  Effect.gen(function*() {
+    const deps = state.deps
+    const agent = deps.agent()
+    const maxSteps = deps.options.maxStepsPerTurn ?? 100
+    const hasNextStep = () => deps.inbox.sizes().nextStep > 0
+    let step = 0
+    while (true) {
+      if (step >= maxSteps) return { kind: "max-steps" } as TurnEndReason
+      step++
+      const ended = yield* enterStep(state, ctx, step)
+      if (ended !== undefined) return ended
+      // OBS-01: a span per step only when a tracer is installed (no operation added otherwise, B5)
+      const stepped = ctx.span === undefined ? yield* runStep(state, ctx, step) : yield* tracedStep(state, ctx, step)
+      if (!("hadCalls" in stepped)) return stepped
+      const { concludes, hadCalls, maxTokens } = stepped
+      // fresh next-step input always gets another step (TURN-04/05)
+      if (hasNextStep()) continue
+      if (hadCalls && !concludes) continue
+      // the turn is about to stop: turnStopping hooks may steer it on
+      yield* Effect.interruptible(deps.hooks.runTurnStopping({ agent, turn: ctx.turn }))
+      if (hasNextStep()) continue
+      return maxTokens ? { kind: "max-tokens" } as TurnEndReason : completed
+    }
+  })
+
+/** SPEC §9: the `error` end reason of a turn that failed (a model error, a hook's failure, a defect). */
+const errorReason = (cause: Cause.Cause<unknown>): TurnEndReason => {
+  const failure = Cause.failureOption(cause)
+  if (Option.isSome(failure)) {
+    const error = failure.value
+    if (error instanceof AgentError.ModelError) {
+      return { kind: "error", error: { message: error.message, code: error.code } }
+    }
+    const tag = typeof error === "object" && error !== null && "_tag" in error
+      ? String((error as { readonly _tag: unknown })._tag)
+      : "HOOK_FAILED"
+    const message = error instanceof Error ? error.message : String(error)
+    return { kind: "error", error: { message, code: tag } }
+  }
+  // SEC-03: what the log, the event stream and the inspector keep of a defect is a short message,
+  // never its stack or the paths in it; `turnRun` logs the whole cause at Error for the operator
+  const defect = Cause.squash(cause)
+  const name = defect instanceof Error && /^[A-Za-z0-9_$]{1,40}$/.test(defect.name) ? defect.name : "Error"
+  return {
+    kind: "error",
+    error: { message: `the turn failed unexpectedly (a defect, ${name}); the process's log has the details`, code: "DEFECT" }
+  }
+}
+
+/** OBS-01: the turn's attributes once it ended (its end reason, steps, usage, error). */
+const turnEndAttributes = (ctx: TurnContext, span: Tracer.Span, reason: TurnEndReason): void => {
+  span.attribute(observability.attr.endReason, reason.kind)
+  span.attribute(observability.attr.steps, ctx.steps)
+  span.attribute(observability.attr.inputTokens, ctx.inputTokens)
+  span.attribute(observability.attr.outputTokens, ctx.outputTokens)
+  if (reason.kind === "error") span.attribute(observability.attr.errorType, reason.error.code)
+  if (reason.kind === "aborted") span.attribute(observability.attr.errorType, `aborted:${reason.cause.kind}`)
+}
+
+/** The turn, from its `TurnStarted` to its `TurnEnded` (see `runTurn`). */
+const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined) =>
+  Effect.gen(function*() {
+    const deps = state.deps
+    const ctx = new TurnContext(turn)
+    ctx.span = span
+    // EVS-02: the turn's `turn/start` is durable (written when the drain opened the turn)
+    yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn, seq: state.sessionCore.openTurnSeq() }))
+    const exit = yield* Effect.exit(turnBody(state, ctx))
+    if (Exit.isFailure(exit)) {
+      const failure = Cause.failureOption(exit.cause)
+      if (Option.isSome(failure) && failure.value instanceof LogWriteFailed) {
+        yield* markBroken(state, failure.value.cause, turn)
+        return Option.none<TurnOutcome>()
+      }
+    }
+    // the activity's own cause (set before anything else by `cancel`, CAN-04)
+    const cause = state.cancelCell
+    const reason: TurnEndReason = Exit.isSuccess(exit)
+      ? exit.value
+      : Option.isSome(cause)
+      ? { kind: "aborted", cause: cause.value }
+      : errorReason(exit.cause)
+    if (Exit.isFailure(exit) && reason.kind === "error" && reason.error.code === "DEFECT") {
+      yield* Effect.logError(`effect-agent: a defect ended turn ${turn} of agent ${deps.id}`, exit.cause)
+    }
+    const written = yield* Effect.exit(state.sessionCore.appendCore(closers(ctx, reason)))
+    if (Exit.isFailure(written)) {
+      yield* markBroken(state, Cause.squash(written.cause), turn)
+      return Option.none<TurnOutcome>()
+    }
+    observability.countTurn(reason.kind)
+    if (span !== undefined) turnEndAttributes(ctx, span, reason)
+    // EVS-02: what the closers made durable that was not announced yet, then the turn's end
+    const mirrors = closerMirrors(state, ctx, written.value)
+    if (mirrors.length > 0) yield* Effect.forEach(mirrors, deps.emit, { discard: true })
+    if (reason.kind === "error") {
+      yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))
+    }
+    const turnEnd = written.value[written.value.length - 1]!
+    yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason, seq: turnEnd.seq }))
+    const continues = ctx.steps > 0 &&
+      (reason.kind === "completed" || reason.kind === "max-tokens" || reason.kind === "max-steps")
+    return Option.some<TurnOutcome>({ reason, continues })
+  })
+
+/**
+ * Runs one opened turn to its end; returns its outcome, or None when the log could not be written
+ * (the agent is broken then, and the open turn is left for repair, SES-02b). With a tracer
+ * installed, in an `effect-agent.turn` span (OBS-01): the root of the turn's tree (the drain
+ * carries no caller's span, §6.3).
+ *
+ * @internal
+ */
+export const runTurn = (state: DriverState, turn: number) =>
+  Effect.uninterruptible(
+    observability.spanned(state.deps.telemetry, "effect-agent.turn", () => ({
+      [observability.attr.agentId]: state.deps.id,
+      ...(state.deps.parentId !== undefined ? { [observability.attr.parentId]: state.deps.parentId } : {}),
+      [observability.attr.turn]: turn
+    }), (span) => turnRun(state, turn, span))
+  )

@@ -1,0 +1,166 @@
+/**
+ * The cluster client (CLU-01): `SessionGateway` (HTTP-00) over the `AgentEntity`'s RPC client.
+ * Ids are validated here (ID-01), so a bad one never reaches the cluster; a send without an id gets
+ * one here, before it is persisted, so a redelivery carries the same id; the cluster's own failures
+ * become `PersistenceError` (`refailCluster`).
+ *
+ * The event stream (EVS-01) is made resumable on this side: the cluster re-sends a stream request
+ * whose runner died to the new owner with its original cursor, and a stream ends when its runner
+ * stops the entity, so the client keeps the next seq it expects, drops the durable events before
+ * it, and asks again from it whenever a stream ends without a failure of the session.
+ *
+ * @internal
+ */
+import { Sharding } from "@effect/cluster/Sharding"
+import { Array as Arr, Cause, Duration, Effect, Either, Option, Schedule, Stream } from "effect"
+import type * as Cluster from "../../Cluster.js"
+import * as Message from "../../Message.js"
+import type { SessionId } from "../../Message.js"
+import type * as SessionError from "../../SessionError.js"
+import type * as Gateway from "../../SessionGateway.js"
+import { InvalidRequest } from "../../SessionGateway.js"
+import type { RecoverySummary, SessionSummary, UnreadableSession } from "../../SessionPersistence.js"
+import { SessionPersistence } from "../../SessionPersistence.js"
+import { AgentEntity, refailCluster } from "./protocol.js"
+import { listedEntry } from "../gateway/summary.js"
+
+/** How long the client waits before asking again for a stream that ended. */
+const streamAgain = Duration.millis(200)
+
+/** The default page of `list` (as the host gateway's). */
+const DEFAULT_PAGE = 100
+
+/** How many summaries `list` asks for at once. */
+const SUMMARY_CONCURRENCY = 16
+
+type Listed = SessionSummary | RecoverySummary | UnreadableSession
+
+/** The message a send request describes (its id minted when absent), or why it cannot be one. */
+const messageOf = (request: Gateway.SendRequest): Either.Either<Message.UserMessage, InvalidRequest> => {
+  if ((request.text === undefined) === (request.content === undefined)) {
+    return Either.left(new InvalidRequest({ reason: "a message has exactly one of text and content" }))
+  }
+  return Either.right(
+    Message.user(request.text ?? "", {
+      ...(request.id === undefined ? {} : { id: request.id }),
+      ...(request.content === undefined ? {} : { content: request.content })
+    })
+  )
+}
+
+/** @internal */
+export const make = Effect.gen(function*() {
+  const sharding = yield* Sharding
+  const persistence = yield* SessionPersistence
+  const clientFor = yield* AgentEntity.client
+
+  /** The entity's client for a valid SessionId, else `InvalidSessionId`. */
+  const entity = (id: string) => Effect.map(Message.sessionId(id), clientFor)
+
+  const call = <A, E>(id: string, request: (client: ReturnType<typeof clientFor>) => Effect.Effect<A, E>) =>
+    Effect.flatMap(entity(id), (client) => refailCluster(request(client)))
+
+  // ---------------------------------------------------------------------------------------------
+  // list: stored ids from the store, summaries from the entities
+
+  /** A listed entry: its summary, unreadable when it cannot be read, none when it was removed meanwhile. */
+  const entryOf = (id: string, problem: string | undefined) => {
+    const unreadable = (why: string) =>
+      Effect.succeed(Option.some<Gateway.SessionInfo | Gateway.UnreadableSession>({
+        _tag: "UnreadableSession",
+        id,
+        problem: why
+      }))
+    if (problem !== undefined) return unreadable(problem)
+    return call(id, (client) => client.Summary()).pipe(
+      Effect.map((info) => Option.some<Gateway.SessionInfo | Gateway.UnreadableSession>(info)),
+      Effect.catchAll((error): Effect.Effect<
+        Option.Option<Gateway.SessionInfo | Gateway.UnreadableSession>,
+        SessionError.PersistenceError
+      > =>
+        error._tag === "SessionNotFound"
+          ? Effect.succeed(Option.none())
+          : error._tag === "PersistenceError"
+          ? Effect.fail(error)
+          : unreadable(error.message)
+      )
+    )
+  }
+
+  const list = (request?: Gateway.ListRequest | undefined) =>
+    Effect.gen(function*() {
+      const limit = request?.limit ?? DEFAULT_PAGE
+      const after = request?.after
+      const source: Stream.Stream<Listed, SessionError.PersistenceError> = persistence.summaries ?? persistence.list
+      const problems = new Map<string, string>()
+      const ids: Array<string> = []
+      for (const entry of yield* Stream.runCollect(source)) {
+        if (entry._tag === "UnreadableSession") problems.set(entry.id, entry.problem)
+        if (after === undefined || entry.id > after) ids.push(entry.id)
+      }
+      const sorted = Arr.dedupe(ids).sort()
+      const page = sorted.slice(0, limit)
+      const sessions = yield* Effect.forEach(page, (id) => entryOf(id, problems.get(id)), {
+        concurrency: SUMMARY_CONCURRENCY
+      })
+      const next = sorted.length > limit ? page[page.length - 1] : undefined
+      // SEC-06: the entries as the host gateway lists them (meta only when asked, bounded)
+      const listed = Arr.getSomes(sessions).map((entry) => listedEntry(entry, request))
+      return { sessions: listed, ...(next === undefined ? {} : { next }) } satisfies Gateway.SessionPage
+    }).pipe(Effect.withSpan("ClusterClient.list"))
+
+  // ---------------------------------------------------------------------------------------------
+  // the event stream
+
+  const eventsFrom = (id: string, seq: number): Stream.Stream<Gateway.StreamEvent, Gateway.EventsError> =>
+    Stream.unwrap(Effect.map(entity(id), (client) => {
+      let next = seq
+      const once = Stream.suspend(() => client.Events({ from: next })).pipe(
+        // a stream re-sent by the cluster after its runner died starts again from its cursor
+        Stream.filter((item) => item._tag === "Live" || item.event.seq >= next),
+        Stream.tap((item) =>
+          Effect.sync(() => {
+            if (item._tag === "Durable") next = item.event.seq + 1
+          })
+        ),
+        // the session's failures end the stream; the cluster's (a runner stopping) end this request only
+        Stream.catchAllCause((cause) => {
+          const failure = Cause.failureOption(cause)
+          if (Option.isSome(failure)) return Stream.fromEffect(refailCluster(Effect.fail(failure.value)))
+          return Stream.fromEffect(Effect.logDebug("ClusterClient: an event stream ended; asking again", cause)).pipe(
+            Stream.drain
+          )
+        })
+      )
+      return Stream.repeat(once, Schedule.spaced(streamAgain))
+    })).pipe(Stream.withSpan("ClusterClient.eventsFrom"))
+
+  // ---------------------------------------------------------------------------------------------
+
+  const sendMessage = (id: SessionId | string, message: Message.UserMessage, mode?: Gateway.SendMode | undefined) =>
+    call(id, (client) => client.Send({ message, mode: mode ?? "followup" })).pipe(Effect.withSpan("ClusterClient.send"))
+
+  const shape: Cluster.ClusterClientShape = {
+    list,
+    summary: (id) => call(id, (client) => client.Summary()),
+    create: (id, request) =>
+      call(id, (client) => client.Create(request ?? {})).pipe(Effect.withSpan("ClusterClient.create")),
+    send: (id, request) =>
+      Effect.flatMap(messageOf(request), (message) => sendMessage(id, message, request.mode)),
+    sendMessage,
+    cancel: (id, request) => call(id, (client) => client.Cancel({ keepInbox: request?.keepInbox ?? false })),
+    fork: (id, request) =>
+      Effect.zipRight(
+        Message.sessionId(request.childId),
+        call(id, (client) => client.Fork(request))
+      ).pipe(Effect.withSpan("ClusterClient.fork")),
+    dispose: (id) => call(id, (client) => client.Dispose()),
+    remove: (id) => call(id, (client) => client.Remove()),
+    eventsFrom,
+    ready: Effect.map(sharding.isShutdown, (isShutdown) => !isShutdown),
+    whenIdle: (id) => call(id, (client) => client.WhenIdle()),
+    wake: (id) => call(id, (client) => client.Wake())
+  }
+  return shape
+})
+
