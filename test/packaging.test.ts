@@ -177,8 +177,12 @@ describe("packaging", () => {
         assert.isTrue(built.has("effect") && declared.has("effect"))
 
         const installed = path.join(app, "node_modules", "effect-agent")
-        assert.isTrue(fs.existsSync(path.join(installed, "dist", "internal", "httpInspector.js")))
-        assert.isTrue(fs.existsSync(new URL("../../inspector/index.html", `file://${path.join(installed, "dist", "internal", "httpInspector.js")}`)))
+        assert.isTrue(fs.existsSync(path.join(installed, "dist", "internal", "http", "inspector.js")))
+        assert.isTrue(
+          fs.existsSync(
+            new URL("../../../inspector/index.html", `file://${path.join(installed, "dist", "internal", "http", "inspector.js")}`)
+          )
+        )
 
         const ran = yield* runQuickStart(app)
         assert.include(ran.stdout, "user: What time is it?")
