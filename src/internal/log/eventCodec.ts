@@ -406,7 +406,7 @@ const isCoreData = (type: SessionEvent.CoreType, d: unknown): boolean => {
     case "session/compacted":
       // CMP-01 (format v2)
       return isNat(d.upTo) && isString(d.summary) && isUsage(d.usage) && keyCount(d) === 3
-    // the rarer v3 events (HIL-01, HIL-03, SUB-01) are left to the Schema decoders
+    // the rarer v3 events (approvals, questions, children) are left to the Schema decoders
     case "tool/approval-requested":
     case "tool/approval-decided":
     case "tool/input-requested":
