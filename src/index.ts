@@ -101,3 +101,8 @@ export * as AgentHost from "./AgentHost.js"
 export * as Compaction from "./Compaction.js"
 export * as Metrics from "./Metrics.js"
 export * as SessionGateway from "./SessionGateway.js"
+
+/**
+ * @since 0.3.0
+ */
+export * as TurnResult from "./TurnResult.js"
