@@ -179,11 +179,15 @@ export const usageChart = (facts) => {
       role: "img",
       "aria-label": `token usage: ${total.input} in, ${total.output} out over ${rows.length} model replies`
     },
-    s("text", { class: "axis", x: 2, y: 11 }, `tokens: ${total.input} in · ${total.output} out`),
-    s("rect", { class: "usage usage-input legend", x: `${BARS_FROM}%`, y: 3, width: 8, height: 8 }),
-    s("text", { class: "axis", x: `${BARS_FROM + 4}%`, y: 11 }, "in"),
-    s("rect", { class: "usage usage-output legend", x: `${BARS_FROM + 12}%`, y: 3, width: 8, height: 8 }),
-    s("text", { class: "axis", x: `${BARS_FROM + 16}%`, y: 11 }, "out")
+    // the heading is the legend: each total in its bars' colour
+    s(
+      "text",
+      { class: "axis", x: 2, y: 11 },
+      "tokens: ",
+      s("tspan", { class: "usage-input" }, `${total.input} in`),
+      " · ",
+      s("tspan", { class: "usage-output" }, `${total.output} out`)
+    )
   )
   rows.forEach((row, index) => {
     const y = AXIS + index * ROW
@@ -192,7 +196,7 @@ export const usageChart = (facts) => {
       s(
         "g",
         { class: "usage-row", "data-step": row.step },
-        s("text", { class: "label", x: 2, y: y + 12 }, `step ${row.step}: ${row.input}+${row.output}`),
+        s("text", { class: "label", x: 2, y: y + 12 }, `step ${row.step}: ${row.input + row.output}`),
         s(
           "rect",
           { class: "usage usage-input", x: `${BARS_FROM}%`, y: y + 3, width: `${input}%`, height: 11 },
