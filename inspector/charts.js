@@ -14,8 +14,12 @@
  * @typedef {{ callId: string, name: string, step: number, start: number, end: number | undefined, isError: boolean }} ToolSpan
  * @typedef {{
  *   start: number | undefined, end: number | undefined, last: number,
+ *   seenAt: number, running: boolean,
  *   steps: Map<number, StepSpan>, requests: Map<number, RequestSpan>, tools: Map<string, ToolSpan>
  * }} TurnFacts
+ *   `last` is the time of the turn's latest durable event (the server's clock) and `seenAt` when the
+ *   page received it (the page's clock); while `running` (the agent is live and sends the turn's
+ *   live events) the turn's axis extends past `last` by the time the page has waited since.
  * @typedef {{ kind: "step" | "model" | "tool", label: string, title: string, start: number, end: number | undefined, isError: boolean }} Bar
  */
 
@@ -46,6 +50,8 @@ export const emptyFacts = () => ({
   start: undefined,
   end: undefined,
   last: 0,
+  seenAt: 0,
+  running: false,
   steps: new Map(),
   requests: new Map(),
   tools: new Map()
@@ -110,13 +116,14 @@ const barsOf = (facts) => {
  * is drawn to the latest event, hatched.
  *
  * @param {TurnFacts} facts
+ * @param {number} now the page's clock
  * @returns {SVGSVGElement | null} nothing while the turn has no step
  */
-export const timeBars = (facts) => {
+export const timeBars = (facts, now) => {
   const bars = barsOf(facts)
   if (bars.length === 0) return null
   const origin = facts.start ?? Math.min(...bars.map((bar) => bar.start))
-  const until = facts.end ?? facts.last
+  const until = facts.end ?? (facts.running ? facts.last + Math.max(now - facts.seenAt, 0) : facts.last)
   const span = Math.max(until - origin, 1)
   /** @param {number} time */
   const at = (time) => BARS_FROM + ((Math.min(Math.max(time, origin), until) - origin) / span) * (BARS_TO - BARS_FROM)

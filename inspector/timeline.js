@@ -128,6 +128,8 @@ export class Timeline {
     /** @type {Set<number>} turns whose charts are drawn again at the end of this burst */
     this.dirty = new Set()
     this.scheduled = false
+    /** @type {ReturnType<typeof setInterval> | undefined} redraws a running turn's time bar each second */
+    this.ticker = undefined
     /** @type {Map<string, HTMLElement>} the element of each tool call, by call id */
     this.calls = new Map()
     /** @type {Map<string, HTMLElement>} text streamed by the model, by `turn/step`, until its message is durable */
@@ -140,6 +142,7 @@ export class Timeline {
   }
 
   reset() {
+    this.stopTicker()
     this.root.replaceChildren()
     this.turns.clear()
     this.dirty.clear()
@@ -180,7 +183,7 @@ export class Timeline {
       for (const turn of this.dirty) {
         const entry = this.turns.get(turn)
         if (entry === undefined) continue
-        const bars = timeBars(entry.facts)
+        const bars = timeBars(entry.facts, Date.now())
         const usage = usageChart(entry.facts)
         entry.charts.replaceChildren(...[bars, usage].filter((chart) => chart !== null))
         entry.charts.hidden = bars === null && usage === null
@@ -199,8 +202,37 @@ export class Timeline {
   facts(turn, time) {
     const facts = this.turn(turn).facts
     facts.last = Math.max(facts.last, time)
+    facts.seenAt = Date.now()
     this.dirty.add(turn)
     return facts
+  }
+
+  /**
+   * Marks a turn as running (its live events arrive) or not; while one runs, its time bar grows
+   * each second.
+   *
+   * @param {number} turn
+   * @param {boolean} running
+   */
+  running(turn, running) {
+    const facts = this.turn(turn).facts
+    const now = running && facts.end === undefined
+    if (facts.running === now) return
+    facts.running = now
+    this.dirty.add(turn)
+    if (now && this.ticker === undefined) {
+      this.ticker = setInterval(() => {
+        const live = [...this.turns].filter(([, entry]) => entry.facts.running)
+        if (live.length === 0) return this.stopTicker()
+        for (const [number] of live) this.dirty.add(number)
+        this.schedule()
+      }, 1000)
+    }
+  }
+
+  stopTicker() {
+    if (this.ticker !== undefined) clearInterval(this.ticker)
+    this.ticker = undefined
   }
 
   /**
@@ -456,6 +488,7 @@ export class Timeline {
     const { section } = this.turn(data.turn)
     const facts = this.facts(data.turn, event.time)
     facts.end = event.time
+    facts.running = false
     for (const step of facts.steps.values()) step.end ??= event.time
     for (const request of facts.requests.values()) request.end ??= event.time
     section.classList.add("ended", `end-${data.reason.kind}`)
@@ -520,6 +553,11 @@ export class Timeline {
 
   /** @param {LiveEvent} event */
   live(event) {
+    if (event._tag === "AgentStatusChanged" && event.status === "idle") {
+      for (const turn of this.turns.keys()) this.running(turn, false)
+    } else if ("turn" in event && typeof event.turn === "number") {
+      this.running(event.turn, true)
+    }
     this.liveEvent(event)
     this.schedule()
   }

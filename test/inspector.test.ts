@@ -712,6 +712,13 @@ describe("inspector DOC-03 in Chromium", () => {
         assert.isNotNull(delta)
         assert.isAtLeast(delta!.y, 0)
         assert.isAtMost(delta!.y + delta!.height, 700)
+        // the running turn's time bar: its step and its model request still open (hatched)
+        const open = yield* inPage(() =>
+          page.locator(`.turn[data-turn="7"] svg.time-bars rect.bar.open`).evaluateAll((rects) =>
+            rects.map((rect) => rect.getAttribute("data-kind"))
+          )
+        )
+        assert.deepStrictEqual(open, ["step", "model"])
 
         // the reader scrolls up: new entries do not pull the page down
         yield* inPage(() => page.evaluate("window.scrollTo(0, 0)"))
