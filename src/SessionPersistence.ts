@@ -8,6 +8,7 @@ import type { Array as Arr, Stream } from "effect"
 import { Context, Effect, Either, Layer, Scope, Stream as S } from "effect"
 import * as internalOptions from "./internal/options.js"
 import * as recordSize from "./internal/log/recordSize.js"
+import * as summary from "./internal/log/summary.js"
 import type { SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
@@ -243,6 +244,15 @@ interface MemoryEntry {
   bytes: number
   updatedAt: number
   lock: MemoryLock | undefined
+  /** HOST-04: the recovery summary, folded as events are appended (recovery reads no log). */
+  summary: summary.SummaryState
+}
+
+/** HOST-04: a summary folded from scratch (after `truncate`). */
+const summaryFrom = (header: SessionHeader, events: ReadonlyArray<SessionEvent>): summary.SummaryState => {
+  const state = summary.emptyState()
+  for (const event of events) summary.foldEvent(state, event.seq, event.type, event.data, header.seedLength)
+  return state
 }
 
 /**
@@ -286,6 +296,7 @@ export const makeMemoryStorage: Effect.Effect<MemoryStorage> = Effect.sync(() =>
         if (entry === undefined) return
         entry.events.length = Math.min(entry.events.length, length)
         entry.bytes = sizeOf(entry.header, entry.events)
+        entry.summary = summaryFrom(entry.header, entry.events)
       })
   }
 })
@@ -356,7 +367,10 @@ const appendMemory = (
   const added = recordSize.recordsBytes(records.right)
   const full = recordSize.overLimit(id, entry.bytes, added, layer.limits.maxSessionBytes)
   if (full !== undefined) return Effect.fail(full)
-  for (const event of events) entry.events.push(event)
+  for (const event of events) {
+    entry.events.push(event)
+    summary.foldEvent(entry.summary, event.seq, event.type, event.data, entry.header.seedLength)
+  }
   entry.bytes += added
   entry.updatedAt = Date.now()
   return Effect.void
@@ -406,7 +420,8 @@ const createMemory = (layer: MemoryLayer, header: SessionHeader) =>
       events: [],
       bytes: recordSize.headerBytes(header),
       updatedAt: Date.now(),
-      lock: undefined
+      lock: undefined,
+      summary: summary.emptyState()
     }
     layer.sessions.set(header.id, entry)
     return acquireMemory(layer, header.id, entry, true)
@@ -440,6 +455,12 @@ const memoryPersistence = (layer: MemoryLayer) => {
           eventCount: entry.events.length,
           updatedAt: entry.updatedAt
         }))
+      )
+    ),
+    // HOST-04: the summaries kept as events were appended; no log is read
+    summaries: S.suspend(() =>
+      S.fromIterable(
+        Array.from(sessions.entries(), ([id, entry]) => summary.summaryOf(id as SessionId, entry.summary))
       )
     ),
     exists: (id) => Effect.sync(() => sessions.has(id)),

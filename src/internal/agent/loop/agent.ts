@@ -24,6 +24,7 @@ import * as internalHooks from "../hooks.js"
 import * as internalInbox from "../inbox.js"
 import * as internalTools from "../tools.js"
 import * as run from "../run.js"
+import * as stream from "../stream.js"
 import { user } from "../../../Message.js"
 import type { Build, Loop } from "./state.js"
 import { agentScopeOf, publishingRef } from "./state.js"
@@ -235,6 +236,16 @@ class LiveAgent implements Agent {
     const deps = runDepsOf(this)
     return (message, runOptions) =>
       run.run(
+        deps,
+        typeof message === "string" ? user(message, { id: runOptions?.messageId }) : message,
+        runOptions?.cancelOnInterrupt === true
+      )
+  }
+  /** APP-02 (internal/agent/stream.ts) */
+  get stream(): Agent["stream"] {
+    const deps = runDepsOf(this)
+    return (message, runOptions) =>
+      stream.stream(
         deps,
         typeof message === "string" ? user(message, { id: runOptions?.messageId }) : message,
         runOptions?.cancelOnInterrupt === true
