@@ -28,6 +28,7 @@ import * as stream from "../stream.js"
 import { user } from "../../../Message.js"
 import type { Build, Loop } from "./state.js"
 import { agentScopeOf, publishingRef } from "./state.js"
+import { addAgentSteps } from "./teardownSteps.js"
 
 const noTools: ReadonlyArray<Tool.Any> = []
 
@@ -164,6 +165,15 @@ const statusChangesKey: unique symbol = Symbol("effect-agent/LiveAgent/statusCha
  */
 export const feedOf = (agent: Agent): Feed.Feed<AgentEvent> | undefined =>
   (agent as Partial<Pick<LiveAgent, typeof feedKey>>)[feedKey]
+
+/**
+ * The lifecycle Scope of an agent built here (CORE-02: closing it is the agent's teardown), none
+ * for another `Agent` (a view or a user's own): what a test closes to see the LIFE-01 steps run.
+ *
+ * @internal
+ */
+export const lifecycleOf = (agent: Agent): Scope.CloseableScope | undefined =>
+  agent instanceof LiveAgent ? agent[buildKey].lifecycle : undefined
 
 /**
  * The `Agent` (AGT): its verbs are the driver's, its events the feed's. A class so that its
@@ -333,13 +343,13 @@ export const buildAgent = (
       build.agent = agent
       // HOST-02: whoever hosts the agent reads how many watch it, however they got it
       Feed.attach(agent, feed)
-      return { agent, setupView: setupViewOf(build, session, inbox, spawn), parentAgent } as const
+      // CORE-02: the agent and its driver are made: their LIFE-01 steps join the lifecycle
+      return Effect.as(
+        addAgentSteps(build, driver, publisher),
+        { agent, setupView: setupViewOf(build, session, inbox, spawn), parentAgent } as const
+      )
     }
-    if (replayed !== undefined) {
-      return Effect.succeed(finish(internalInbox.unsafeMakeReplayed(session, replayed, inboxOptions)))
-    }
+    if (replayed !== undefined) return finish(internalInbox.unsafeMakeReplayed(session, replayed, inboxOptions))
     const fresh = internalInbox.unsafeMakeFresh(session, inboxOptions)
-    return fresh !== undefined
-      ? Effect.succeed(finish(fresh))
-      : Effect.map(internalInbox.make(session, inboxOptions), finish)
+    return fresh !== undefined ? finish(fresh) : Effect.flatMap(internalInbox.make(session, inboxOptions), finish)
   })
