@@ -48,7 +48,8 @@ export class SessionNotFound extends Schema.TaggedError<SessionNotFound>("effect
   { id: Schema.String }
 ) {
   override get message(): string {
-    return `session ${JSON.stringify(this.id)} is not stored; create it first`
+    return `session ${JSON.stringify(this.id)} not found: no session is stored under this id (check the id and ` +
+      "the store)"
   }
 }
 
