@@ -57,7 +57,8 @@ export class SessionNotFound extends Schema.TaggedError<SessionNotFound>("effect
   }
 ) {
   override get message(): string {
-    return `session ${JSON.stringify(this.id)} is not stored; ${this.hint ?? "create it first"}`
+    return `session ${JSON.stringify(this.id)} not found: no session is stored under this id; ` +
+      (this.hint ?? "check the id and the store")
   }
 }
 

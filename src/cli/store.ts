@@ -291,20 +291,45 @@ const causeText = (cause: Cause.Cause<unknown>): string => {
   return (error instanceof Error ? error.message : String(error)).split("\n")[0]!
 }
 
-const openSqlite = (file: string, access: Access) =>
+/**
+ * Whether `serve` may create the database at `resolved` (DOC-02): nothing is there and its
+ * directory exists. Anything else that is not a file is refused in one line.
+ */
+const mayCreateSqlite = (fs: FileSystem.FileSystem, path: Path.Path, resolved: string) =>
+  Effect.gen(function*() {
+    const type = yield* fs.stat(resolved).pipe(Effect.map((info) => info.type), Effect.orElseSucceed(() => undefined))
+    if (type !== undefined) {
+      return yield* new SessionError.PersistenceError({ reason: `--sqlite ${resolved} is not a file` })
+    }
+    const parent = path.dirname(resolved)
+    const isDirectory = yield* fs.stat(parent).pipe(
+      Effect.map((info) => info.type === "Directory"),
+      Effect.orElseSucceed(() => false)
+    )
+    if (!isDirectory) {
+      return yield* new SessionError.PersistenceError({
+        reason: `cannot create the SQLite database ${resolved}: there is no directory ${parent}`
+      })
+    }
+  })
+
+const openSqlite = (file: string, access: Access, create: boolean) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const resolved = path.resolve(file)
-    // SQLite creates a missing file: the CLI never creates a store.
+    // SQLite creates a missing file: only `serve` may (DOC-02); the session commands never create a store.
     const isFile = yield* fs.stat(resolved).pipe(
       Effect.map((info) => info.type === "File"),
       Effect.orElseSucceed(() => false)
     )
-    if (!isFile) {
+    if (!isFile && create) {
+      yield* mayCreateSqlite(fs, path, resolved)
+    } else if (!isFile) {
       return yield* new SessionError.PersistenceError({ reason: `there is no SQLite database at ${resolved}` })
+    } else {
+      yield* checkSqliteHeader(resolved)
     }
-    yield* checkSqliteHeader(resolved)
     const sqlite = yield* driver("@effect/sql-sqlite-node", () => import("@effect/sql-sqlite-node"))
     const description = `the SQLite database ${resolved}`
     // the driver reports a database it cannot open (permissions, a damaged file) by throwing: a defect
@@ -342,14 +367,18 @@ const openPostgres = (url: Redacted.Redacted, access: Access) =>
  */
 export const open = (
   flags: StoreFlags,
-  access: Access
+  access: Access,
+  options?: {
+    /** DOC-02: a missing SQLite file is created (as `serve` does); never for the session commands. */
+    readonly createSqlite?: boolean | undefined
+  }
 ): Effect.Effect<Store, UsageError | SessionError.PersistenceError, Scope.Scope | FileSystem.FileSystem | Path.Path> =>
   Effect.flatMap(choose(flags), (chosen) => {
     switch (chosen._tag) {
       case "Dir":
         return openFiles(chosen.directory, access)
       case "Sqlite":
-        return openSqlite(chosen.file, access)
+        return openSqlite(chosen.file, access, options?.createSqlite === true && access === "write")
       case "Postgres":
         return openPostgres(chosen.url, access)
     }
