@@ -212,7 +212,8 @@ const abandonTransition = <E>(state: DriverState, cause: Cause.Cause<E>): Effect
 
 /**
  * The one place the phase changes: a cancel called during the transition applies to the activity it
- * leaves (SEC-11); going idle releases the `whenIdle` callers (AGT-05).
+ * leaves (SEC-11); going idle releases the `whenIdle` callers (AGT-05); a requested activity not
+ * started yet gets the drain fiber's wake-up (CORE-04).
  *
  * @internal
  */
@@ -229,9 +230,16 @@ export const setPhase = (state: DriverState, next: Phase): void => {
       }
     }
   }
-  if (next._tag === "Idle" && state.idleSignal !== undefined) {
-    Deferred.unsafeDone(state.idleSignal, Exit.void)
-    state.idleSignal = undefined
+  if (next._tag === "Idle") {
+    if (state.idleSignal !== undefined) {
+      Deferred.unsafeDone(state.idleSignal, Exit.void)
+      state.idleSignal = undefined
+    }
+  } else if (next.activity.fiber === undefined && state.wakes !== undefined) {
+    // CORE-04: the drain fiber's wake-up for a requested activity, offered once the phase holds it
+    // (and its pending cancels): the drain fiber starts what the phase holds, so a wake-up taken
+    // before the phase was set would be lost. One pending wake-up is enough (a dropping Queue).
+    state.wakes.unsafeOffer(undefined)
   }
 }
 
