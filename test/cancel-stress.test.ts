@@ -75,6 +75,47 @@ describe("cancel stress (SEC-11)", () => {
   )
 })
 
+describe("an interrupted cancel (SEC-11)", () => {
+  it.scoped(
+    "SEC-11 AGT-03 CAN-02 a cancel called while runMaintenance starts its task takes effect at its call: its caller " +
+      "interrupted while it waits for that start, the task is still interrupted (AgentCanceled), never left to run",
+    () =>
+      Effect.gen(function*() {
+        const h = yield* makeHarness(() => Model.text("ok"))
+        let round = 0
+        let waited = 0
+        for (const maxOps of [20, 24, 32]) {
+          for (let pad = 0; pad <= maxOps; pad++) {
+            for (let yields = 1; yields <= 2; yields++) {
+              const { agent } = yield* h.create(`i${round++}`)
+              const gate = yield* Deferred.make<void>()
+              const task = yield* Effect.fork(preempted(agent.runMaintenance(Deferred.await(gate)), maxOps, pad))
+              for (let i = 0; i < yields; i++) yield* Effect.yieldNow()
+              const canceling = yield* Effect.fork(agent.cancel({ kind: "user" }, { keepInbox: true }))
+              // the call has happened; the caller gives up on the rest
+              yield* Effect.yieldNow()
+              const canceled = yield* Effect.zipRight(Fiber.interrupt(canceling), Fiber.await(canceling))
+              yield* Deferred.succeed(gate, undefined)
+              const exit = yield* Fiber.await(task)
+              // interrupted only while waiting for the task's start (a transition under way at its call)
+              if (Exit.isInterrupted(canceled)) {
+                waited++
+                assert.isTrue(
+                  Exit.isFailure(exit) && exit.cause._tag === "Fail" && exit.cause.error instanceof AgentError.AgentCanceled,
+                  `budget ${maxOps}, pad ${pad}, ${yields} yields: the task ended ${String(exit)}`
+                )
+              }
+              yield* agent.whenIdle
+            }
+          }
+        }
+        // the sweep must have called some cancel inside the task's start, or it tested nothing
+        assert.isAbove(waited, 0)
+      }),
+    30_000
+  )
+})
+
 type Harness = Effect.Effect.Success<ReturnType<typeof makeHarness>>
 
 type Verb = "followup" | "steer" | "inject" | "park"
