@@ -97,6 +97,11 @@ export interface PendingCancel {
   readonly mark: number
   /** The activity the transition left (set when it ended; stays unset when it left none or failed). */
   appliedTo: Activity | undefined
+  /**
+   * The cancel's caller stopped waiting for the transition (it was interrupted): `setPhase` requests
+   * the interruption of the activity the transition leaves, which the cancel would have requested.
+   */
+  interruptOnApply: boolean
 }
 
 /** The idle phase: one value shared by every driver (it carries nothing). @internal */
@@ -224,9 +229,15 @@ export const setPhase = (state: DriverState, next: Phase): void => {
   if (pending !== undefined) {
     state.pendingCancels = undefined
     if (next._tag !== "Idle") {
+      const activity = next.activity
       for (const cancel of pending) {
-        applyCancel(next.activity, cancel.cause, cancel.mark)
-        cancel.appliedTo = next.activity
+        applyCancel(activity, cancel.cause, cancel.mark)
+        cancel.appliedTo = activity
+        if (cancel.interruptOnApply) {
+          // CAN-01 as `interruptActivity`: now if it started, else when the drain fiber starts it
+          activity.interrupted = true
+          if (activity.fiber !== undefined) activity.fiber.unsafeInterruptAsFork(FiberId.none)
+        }
       }
     }
   }
