@@ -25,6 +25,7 @@ import {
   msg,
   nextEvent,
   ofType,
+  route,
   tagged
 } from "./fixtures/driverHarness.js"
 
@@ -163,9 +164,10 @@ const verbs: ReadonlyArray<readonly [Verb, number]> = [["followup", 3], ["steer"
 
 /**
  * One round: an activity held (a hanging model request, a retry backoff, maintenance, or none),
- * input sent before, then 1–3 cancels (some keeping the inbox, some whose splices fail) with sends
- * forked between them — in fibers the scheduler preempts at random offsets, so many are in flight
- * at a call — and after the last. Then every fact SEC-11, DLV-06 and INB-07 promise is checked.
+ * input sent before, then 1–3 cancels (some keeping the inbox, the first one's splices failing now
+ * and then) with sends forked between them — in fibers the scheduler preempts at random offsets, so
+ * many are in flight at a call — and after the last; now and then a teardown racing them, then a
+ * resume and a wake. Then every fact SEC-11, DLV-06 and INB-07 promise is checked.
  */
 const stressRound = (h: Harness, rng: Prng.Prng, sessionId: string) =>
   Effect.gen(function*() {
@@ -232,6 +234,11 @@ const stressRound = (h: Harness, rng: Prng.Prng, sessionId: string) =>
       if (rng.chance(0.3)) yield* Fiber.await(fiber)
     }
     yield* randomSends(0, 2)
+    // now and then a teardown races the cancels' splices and the sends in flight (LIFE-01), and the
+    // session is resumed and woken (HOST-03): what was acknowledged is still there and runs
+    const teardown = rng.chance(0.2)
+    const disposing = teardown ? yield* Effect.fork(handle.dispose) : undefined
+    if (teardown) yield* randomSends(0, 1)
     yield* h.writes.failNext(() => false)
     const cancelExits = yield* Effect.forEach(called, (c) => Fiber.await(c.fiber))
     const sendExits = new Map<string, Exit.Exit<void, unknown>>()
@@ -243,11 +250,17 @@ const stressRound = (h: Harness, rng: Prng.Prng, sessionId: string) =>
         `${where}: maintenance ended ${String(exit)}`
       )
     }
-    yield* agent.whenIdle
-    const log = yield* agent.session.events
-    const pending = [...(yield* agent.inbox.nextStep), ...(yield* agent.inbox.nextTurn)]
-    checkRound(where, log, pending, sent, sendExits, called, cancelExits)
-    yield* handle.dispose
+    let live = agent
+    if (disposing !== undefined) {
+      yield* Fiber.join(disposing)
+      live = (yield* h.registry.resume({ sessionId, options: route })).agent
+      yield* live.wake
+    }
+    yield* live.whenIdle
+    const log = yield* live.session.events
+    const pending = [...(yield* live.inbox.nextStep), ...(yield* live.inbox.nextTurn)]
+    checkRound(`${where}${teardown ? " (torn down, resumed)" : ""}`, log, pending, sent, sendExits, called, cancelExits)
+    if (disposing === undefined) yield* handle.dispose
   })
 
 const checkRound = (
@@ -262,7 +275,10 @@ const checkRound = (
   assert.deepStrictEqual(logViolations(log), [], `${where}: ${dump(log)}`)
   const fates = idFates(log, pending)
   const enteredIn = new Map(ofType(log, "user/message").map((e) => [e.data.message.id as string, e.data.turn]))
-  const aborted = new Set(ofType(log, "turn/end").flatMap((e) => e.data.reason.kind === "aborted" ? [e.data.turn] : []))
+  // the turns a user's cancel aborted (a teardown's, `disposed`, may abort a turn input sent later entered)
+  const aborted = new Set(ofType(log, "turn/end").flatMap((e) =>
+    e.data.reason.kind === "aborted" && e.data.reason.cause.kind === "user" ? [e.data.turn] : []
+  ))
   // a cancel's splices either were written or it failed with the error (and still interrupted)
   const discarding = called.map((c, i) => !c.keepInbox && Exit.isSuccess(cancelExits[i]!))
   for (const s of sent) {
@@ -323,7 +339,7 @@ describe("cancel stress, randomized (SEC-11)", () => {
     it.scoped(
       `SEC-11 DLV-06 CAN-04 INB-07 ${backend}: ${rounds} rounds of 1–3 overlapping cancels (some keeping the inbox, ` +
         "the first one's splices failing now and then) on a model request, a retry backoff, maintenance or an idle agent, raced by " +
-        "preempted sends: nothing acknowledged is lost or runs twice, only a cancel called after a send started " +
+        "preempted sends and now and then a teardown (then resumed and woken): nothing acknowledged is lost or runs twice, only a cancel called after a send started " +
         "discards it, input acknowledged before a discarding cancel never survives it, and waking input sent after " +
         "the last cancel runs (the agent never stays idle with it pending)",
       () =>
