@@ -686,7 +686,7 @@ const lineStart = (s: FileLayer, file: string, line: number) =>
           return at === undefined
         })
       ),
-      Effect.as(at),
+      Effect.map(() => at),
       Effect.mapError(fileLock.persistenceError(`reading ${file}`))
     )
   })

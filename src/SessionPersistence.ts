@@ -229,18 +229,20 @@ export class SessionPersistence extends Context.Tag("effect-agent/SessionPersist
    * record, at the cut or after it, fails `SessionFormatUnsupported`; a corrupt header fails
    * `SessionCorrupt` (there is nothing to keep). Committed events are lost by design: for operators.
    */
-  readonly truncateAtCorruption?: <E>(
-    id: SessionId,
-    keep: (cut: CorruptTail) => Effect.Effect<void, E>
-  ) => Effect.Effect<
-    Option.Option<CorruptTail>,
-    | E
-    | SessionError.SessionNotFound
-    | SessionError.SessionLocked
-    | SessionError.SessionCorrupt
-    | SessionError.SessionFormatUnsupported
-    | SessionError.PersistenceError
-  > | undefined
+  readonly truncateAtCorruption?:
+    | (<E>(
+      id: SessionId,
+      keep: (cut: CorruptTail) => Effect.Effect<void, E>
+    ) => Effect.Effect<
+      Option.Option<CorruptTail>,
+      | E
+      | SessionError.SessionNotFound
+      | SessionError.SessionLocked
+      | SessionError.SessionCorrupt
+      | SessionError.SessionFormatUnsupported
+      | SessionError.PersistenceError
+    >)
+    | undefined
   /**
    * Deletes a stored session; refuses while a writer holds it. Never deletes another session's
    * data (DUR-07): a stored entry whose header names another session fails `SessionCorrupt` and

@@ -60,6 +60,13 @@ export interface Store {
   readonly lockHolder: (id: SessionId) => Effect.Effect<Option.Option<LockHolder>, SessionError.PersistenceError>
   /** The backend's operator tool: removes the lock of `id`, whoever holds it. */
   readonly breakLock: (id: SessionId) => Effect.Effect<void, SessionError.PersistenceError>
+  /**
+   * DOC-05: where a backup of what `repair --truncate-at-corruption` drops goes, unless the
+   * operator names a directory: beside the store (files, SQLite) or the current directory (Postgres).
+   */
+  readonly backupDirectory: string
+  /** The backup's file name for `id` at `stamp`, so the backups of several stores in one directory differ. */
+  readonly backupName: (id: SessionId, stamp: string) => string
 }
 
 const INSTANCE_ID = "effect-agent-cli"
@@ -191,7 +198,10 @@ const openFiles = (directory: string, access: Access) =>
       description: `the session directory ${resolved}`,
       persistence,
       lockHolder: (id) => withPlatform(fileLockHolder(resolved, id)),
-      breakLock: (id) => withPlatform(FileSessionPersistence.breakLock(id, { directory: resolved }))
+      breakLock: (id) => withPlatform(FileSessionPersistence.breakLock(id, { directory: resolved })),
+      backupDirectory: resolved,
+      // not `.jsonl` at the end: the store lists only `<id>.jsonl` files as sessions
+      backupName: (id, stamp) => `${id}.jsonl.dropped-${stamp}`
     } satisfies Store
   })
 
@@ -234,7 +244,8 @@ const sqlLockHolder = (sql: SqlClient, id: SessionId) =>
 const openSql = (
   description: string,
   client: Layer.Layer<SqlClient, unknown>,
-  access: Access
+  access: Access,
+  backups: Pick<Store, "backupDirectory" | "backupName">
 ) =>
   Effect.gen(function*() {
     const built = yield* Layer.build(
@@ -248,7 +259,8 @@ const openSql = (
       description,
       persistence,
       lockHolder: (id) => sqlLockHolder(sql, id),
-      breakLock: (id) => Effect.provide(SqlSessionPersistence.breakLock(id), built)
+      breakLock: (id) => Effect.provide(SqlSessionPersistence.breakLock(id), built),
+      ...backups
     } satisfies Store
   })
 
@@ -340,7 +352,10 @@ const openSqlite = (file: string, access: Access, create: boolean) =>
         )
       )
     )
-    return yield* openSql(description, client, access)
+    return yield* openSql(description, client, access, {
+      backupDirectory: path.dirname(resolved),
+      backupName: (id, stamp) => `${path.basename(resolved)}.${id}.dropped-${stamp}.jsonl`
+    })
   })
 
 /** The URL without its password, for messages. */
@@ -357,7 +372,11 @@ const describeUrl = (url: string): string => {
 const openPostgres = (url: Redacted.Redacted, access: Access) =>
   Effect.gen(function*() {
     const pg = yield* driver("@effect/sql-pg", () => import("@effect/sql-pg"))
-    return yield* openSql(describeUrl(Redacted.value(url)), pg.PgClient.layer({ url, maxConnections: 2 }), access)
+    const path = yield* Path.Path
+    return yield* openSql(describeUrl(Redacted.value(url)), pg.PgClient.layer({ url, maxConnections: 2 }), access, {
+      backupDirectory: path.resolve("."),
+      backupName: (id, stamp) => `${id}.dropped-${stamp}.jsonl`
+    })
   })
 
 /**
