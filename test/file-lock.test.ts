@@ -8,7 +8,7 @@ import type { CommandExecutor } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, Option, Schema, Stream, TestClock } from "effect"
-import { spawnSync } from "node:child_process"
+import { spawn } from "node:child_process"
 import * as nodeFs from "node:fs"
 import * as os from "node:os"
 import { fileURLToPath } from "node:url"
@@ -132,8 +132,12 @@ const crashNamespace = (child: Child) =>
     yield* Effect.ignore(child.exitCode)
   })
 
-const hasPidNamespaces = process.platform === "linux" &&
-  spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "--kill-child", "true"]).status === 0
+/** Whether `unshare` can make a PID namespace here; asked without blocking the worker (DOC-04). */
+const hasPidNamespaces = process.platform === "linux" && await new Promise<boolean>((resolve) => {
+  const child = spawn("unshare", ["--pid", "--fork", "--mount-proc", "--kill-child", "true"], { stdio: "ignore" })
+  child.once("error", () => resolve(false))
+  child.once("exit", (code) => resolve(code === 0))
+})
 
 describe("file lock (DUR-06)", () => {
   describe("process identity", () => {
