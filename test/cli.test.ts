@@ -1,53 +1,43 @@
 /**
- * CLI-01: the built `effect-agent` binary (`dist/cli/main.js`, built here when missing or older
- * than `src`) run as a child process against real stores — a directory of files, a SQLite file,
+ * CLI-01: the `effect-agent` command against real stores — a directory of files, a SQLite file,
  * and Postgres when `EFFECT_AGENT_PG_URL` is set — including bad input: an unknown id (exit 3), a
- * corrupt session (5), a locked one (4) and bad flags (2), with a check that nothing changed.
+ * corrupt session (5), a locked one (4) and bad flags (2), with a check that nothing changed. Most
+ * cases run the command in-process (`program.ts`: the same Effect the executable runs, its stdout and
+ * stderr captured, its exit code returned), which spares a Node start-up per command; the usage
+ * errors run the executable (`src/cli/main.ts`, bundled) as a child process, as an operator would.
  *
  * SEC-07 and SEC-09: `break-lock` against a real holder process (alive, then SIGKILLed), a SQL row
  * whose seq column disagrees with its record, and the answers to bad usage (exit 2, one line).
  *
- * `it.live`: the CLI is another process on the real clock, so leases written here must be on it too.
+ * `it.live`: the holders are other processes on the real clock, so leases written here must be on it too.
  */
 import { NodeContext } from "@effect/platform-node"
 import { SqlClient } from "@effect/sql/SqlClient"
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Layer, Scope } from "effect"
-import { execFile, execFileSync, spawn } from "node:child_process"
+import { Context, Effect, Exit, Layer, Scope } from "effect"
+import { execFile, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { beforeAll } from "vitest"
+import { CliOutput } from "../src/cli/output.js"
+import { program } from "../src/cli/program.js"
 import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
 import type { SessionId } from "../src/Message.js"
 import type { SessionEvent } from "../src/SessionEvent.js"
 import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SqlSessionPersistence from "../src/SqlSessionPersistence.js"
 import { tempDirectory } from "./fixtures/backends.js"
+import { nodeArguments } from "./fixtures/bundle.js"
 import { closedTurn, openTurn } from "./fixtures/cliSessions.js"
 import { header, sid } from "./fixtures/persistenceConformance.js"
 import { sqlStores } from "./fixtures/sqlStores.js"
 
 const repository = fileURLToPath(new URL("..", import.meta.url))
-const main = path.join(repository, "dist", "cli", "main.js")
+/** What `process.argv[1]` is for the in-process command. */
+const mainPath = path.join(repository, "src", "cli", "main.ts")
 
-/** The newest modification time under `directory`. */
-const newest = (directory: string): number =>
-  fs.readdirSync(directory, { withFileTypes: true }).reduce((latest, entry) => {
-    const full = path.join(directory, entry.name)
-    return Math.max(latest, entry.isDirectory() ? newest(full) : fs.statSync(full).mtimeMs)
-  }, 0)
-
-beforeAll(() => {
-  const isStale = !fs.existsSync(main) || fs.statSync(main).mtimeMs < newest(path.join(repository, "src"))
-  if (isStale) {
-    const tsc = path.join(repository, "node_modules", "typescript", "bin", "tsc")
-    execFileSync(process.execPath, [tsc, "-p", "tsconfig.build.json"], { cwd: repository })
-  }
-}, 240_000)
-
-/** Each test starts several Node processes at once; a loaded 2-core machine needs the margin. */
+/** Each test runs several commands at once; a loaded 2-core machine needs the margin. */
 const TIMEOUT = 180_000
 
 interface Run {
@@ -57,12 +47,33 @@ interface Run {
 }
 
 /**
- * Runs the built binary; stderr is a pipe, not a terminal. A run that has not ended after 170 s
- * (a `serve` that started when it should have refused) is killed and reported with code -1.
+ * Runs the command in-process, as the executable would with these arguments: what it writes on
+ * stdout and stderr, and its exit code. A run that has not ended after 170 s (a `serve` that started
+ * when it should have refused) is interrupted and reported with code -1.
  */
 const cli = (...args: ReadonlyArray<string>): Effect.Effect<Run> =>
+  Effect.suspend(() => {
+    let stdout = ""
+    let stderr = ""
+    return program([process.execPath, mainPath, ...args]).pipe(
+      Effect.provideService(CliOutput, {
+        stdout: (text) => void (stdout += text),
+        stderr: (text) => void (stderr += text)
+      }),
+      Effect.timeout("170 seconds"),
+      Effect.exit,
+      Effect.map((exit) => ({ code: Exit.isSuccess(exit) ? exit.value : -1, stdout, stderr }))
+    )
+  })
+
+/**
+ * Runs the executable as a child process (`node` and `main`: `nodeArguments` of `src/cli/main.ts`,
+ * its bundle); stderr is a pipe, not a terminal. A run that has not ended after 170 s is killed and
+ * reported with code -1.
+ */
+const cliProcess = (main: ReadonlyArray<string>, ...args: ReadonlyArray<string>): Effect.Effect<Run> =>
   Effect.async<Run>((resume) => {
-    execFile(process.execPath, [main, ...args], { cwd: repository, timeout: 170_000 }, (error, stdout, stderr) => {
+    execFile(process.execPath, [...main, ...args], { cwd: repository, timeout: 170_000 }, (error, stdout, stderr) => {
       const code = error === null ? 0 : typeof error.code === "number" ? error.code : -1
       resume(Effect.succeed({ code, stdout, stderr }))
     })
@@ -90,14 +101,14 @@ interface CliStore {
 const fixtures = fileURLToPath(new URL("./fixtures/", import.meta.url))
 
 /**
- * A real process of this host holding the writer of a session (SEC-07): started with tsx, ready once
+ * A real process of this host holding the writer of a session (SEC-07): its fixture bundled, ready once
  * it printed `locked <pid>`; `kill` SIGKILLs it and waits for it to end (its lock is left behind).
  * The Scope kills it if the test did not.
  */
-const holder = (args: ReadonlyArray<string>) =>
-  Effect.acquireRelease(
+const holder = ([fixture, ...args]: ReadonlyArray<string>) =>
+  Effect.flatMap(nodeArguments(fixture!), (node) => Effect.acquireRelease(
     Effect.async<{ readonly pid: number; readonly kill: Effect.Effect<void> }, Error>((resume) => {
-      const child = spawn(process.execPath, ["--import", "tsx", ...args], { cwd: repository })
+      const child = spawn(process.execPath, [...node, ...args], { cwd: repository })
       const ended = new Promise<void>((done) => child.once("exit", () => done()))
       const kill = Effect.promise(() => {
         child.kill("SIGKILL")
@@ -114,7 +125,7 @@ const holder = (args: ReadonlyArray<string>) =>
       child.once("exit", (code) => resume(Effect.fail(new Error(`the holder ended (${code}) before it locked: ${stderr}`))))
     }),
     (held) => held.kill
-  )
+  ))
 
 const fileStore: Effect.Effect<CliStore, unknown, Scope.Scope> = Effect.gen(function*() {
   const directory = yield* tempDirectory("effect-agent-cli-")
@@ -445,16 +456,17 @@ for (const [name, open] of stores) {
 }
 
 describe("effect-agent usage errors (CLI-01)", () => {
-  it.live("CLI-01 bad flags exit 2 with a clear message and touch nothing", () =>
+  it.live("CLI-01 bad flags exit 2 with a clear message and touch nothing (the executable, as a child process)", () =>
     Effect.gen(function*() {
       const directory = yield* tempDirectory("effect-agent-cli-usage-")
+      const main = yield* nodeArguments("src/cli/main.ts")
       const [noStore, twoStores, noId, badFormat, badId, unknownCommand] = yield* Effect.all([
-        cli("sessions", "list"),
-        cli("sessions", "list", "--dir", directory, "--sqlite", path.join(directory, "x.db")),
-        cli("sessions", "show", "--dir", directory),
-        cli("sessions", "export", "x", "--dir", directory, "--format", "xml"),
-        cli("sessions", "show", "../escape", "--dir", directory, "--json"),
-        cli("sessions", "destroy", "--dir", directory)
+        cliProcess(main, "sessions", "list"),
+        cliProcess(main, "sessions", "list", "--dir", directory, "--sqlite", path.join(directory, "x.db")),
+        cliProcess(main, "sessions", "show", "--dir", directory),
+        cliProcess(main, "sessions", "export", "x", "--dir", directory, "--format", "xml"),
+        cliProcess(main, "sessions", "show", "../escape", "--dir", directory, "--json"),
+        cliProcess(main, "sessions", "destroy", "--dir", directory)
       ], { concurrency: "unbounded" })
       expectCode(noStore, 2, "no store")
       assert.include(noStore.stderr, "--dir <directory>, --sqlite <file> or --postgres <url>")
@@ -469,7 +481,7 @@ describe("effect-agent usage errors (CLI-01)", () => {
       expectCode(unknownCommand, 2, "an unknown command")
       assert.deepStrictEqual(fs.readdirSync(directory), [], "nothing was created")
       // a store that does not exist is never created
-      const missing = yield* cli("sessions", "list", "--sqlite", path.join(directory, "missing.db"))
+      const missing = yield* cliProcess(main, "sessions", "list", "--sqlite", path.join(directory, "missing.db"))
       expectCode(missing, 1, "a missing SQLite file")
       assert.include(missing.stderr, "no SQLite database")
       assert.deepStrictEqual(fs.readdirSync(directory), [])

@@ -8,7 +8,7 @@ import type { CommandExecutor } from "@effect/platform"
 import { NodeContext } from "@effect/platform-node"
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, Option, Schema, Stream, TestClock } from "effect"
-import { spawnSync } from "node:child_process"
+import { spawn } from "node:child_process"
 import * as nodeFs from "node:fs"
 import * as os from "node:os"
 import { fileURLToPath } from "node:url"
@@ -16,6 +16,7 @@ import * as FileSessionPersistence from "../src/FileSessionPersistence.js"
 import * as fileLock from "../src/internal/storage/file/lock.js"
 import type { SessionId } from "../src/Message.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
+import { nodeArguments } from "./fixtures/bundle.js"
 import { inDirectory } from "./fixtures/instrumentedFiles.js"
 import { dyingFiles, newWatch, watchedFiles } from "./fixtures/lockFiles.js"
 import { withLogs } from "./fixtures/logs.js"
@@ -103,24 +104,24 @@ const startHolder = (command: Command.Command) =>
     return { child, pid: Number(ready.value.slice("locked ".length)), log }
   })
 
+/** The lock holder as a child process, its fixture bundled for the Scope (test/fixtures/bundle.ts). */
 const holderCommand = (directory: string, id: string) =>
-  Command.make(process.execPath, "--import", "tsx", fixture, directory, id)
+  Effect.map(nodeArguments(fixture), (node) => Command.make(process.execPath, ...node, directory, id))
 
 /** The lock holder as PID 1 of a PID namespace of its own (a container's process). */
 const namespacedHolderCommand = (directory: string, id: string) =>
-  Command.make(
-    "unshare",
-    "--pid",
-    "--fork",
-    "--mount-proc",
-    "--kill-child",
-    process.execPath,
-    "--import",
-    "tsx",
-    fixture,
-    directory,
-    id
-  )
+  Effect.map(nodeArguments(fixture), (node) =>
+    Command.make(
+      "unshare",
+      "--pid",
+      "--fork",
+      "--mount-proc",
+      "--kill-child",
+      process.execPath,
+      ...node,
+      directory,
+      id
+    ))
 
 /** SIGKILLs the namespace's PID 1 (found from outside) and waits until it is gone. */
 const crashNamespace = (child: Child) =>
@@ -132,8 +133,12 @@ const crashNamespace = (child: Child) =>
     yield* Effect.ignore(child.exitCode)
   })
 
-const hasPidNamespaces = process.platform === "linux" &&
-  spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "--kill-child", "true"]).status === 0
+/** Whether `unshare` can make a PID namespace here; asked without blocking the worker (DOC-04). */
+const hasPidNamespaces = process.platform === "linux" && await new Promise<boolean>((resolve) => {
+  const child = spawn("unshare", ["--pid", "--fork", "--mount-proc", "--kill-child", "true"], { stdio: "ignore" })
+  child.once("error", () => resolve(false))
+  child.once("exit", (code) => resolve(code === 0))
+})
 
 describe("file lock (DUR-06)", () => {
   describe("process identity", () => {
@@ -145,7 +150,7 @@ describe("file lock (DUR-06)", () => {
           Effect.gen(function*() {
             const id = sid("reused-pid")
             yield* storedSession(directory, id, 1)
-            const { child, pid } = yield* startHolder(holderCommand(directory, id))
+            const { child, pid } = yield* startHolder(yield* holderCommand(directory, id))
             const held = yield* readOwner(lockOf(directory, id))
             assert.strictEqual(held.host, host)
             assert.strictEqual(held.pid, pid)
@@ -181,7 +186,7 @@ describe("file lock (DUR-06)", () => {
           Effect.gen(function*() {
             const id = sid("container")
             yield* storedSession(directory, id, 2)
-            const inNamespace = namespacedHolderCommand(directory, id)
+            const inNamespace = yield* namespacedHolderCommand(directory, id)
 
             const first = yield* startHolder(inNamespace)
             assert.strictEqual(first.pid, 1)
@@ -220,7 +225,7 @@ describe("file lock (DUR-06)", () => {
           Effect.gen(function*() {
             const id = sid("namespaced")
             yield* storedSession(directory, id, 1)
-            const holder = yield* startHolder(namespacedHolderCommand(directory, id))
+            const holder = yield* startHolder(yield* namespacedHolderCommand(directory, id))
             // The holder is PID 1 of its namespace; here, pid 1 is this host's init (alive, started
             // at another time): judged here, the live holder would look gone.
             const held = yield* readOwner(lockOf(directory, id))

@@ -5,27 +5,43 @@
  *
  * @internal
  */
-import { Effect, Logger } from "effect"
+import { Context, Effect, FiberRef, FiberRefs, Logger } from "effect"
+
+/**
+ * Where the command writes: the process's stdout and stderr unless told otherwise. The executable
+ * never replaces it; the command run in-process (its tests, `program.ts`) captures both streams here.
+ *
+ * @internal
+ */
+export class CliOutput extends Context.Reference<CliOutput>()("effect-agent/cli/CliOutput", {
+  defaultValue: (): {
+    readonly stdout: (text: string) => void
+    readonly stderr: (text: string) => void
+  } => ({
+    stdout: (text) => void process.stdout.write(text),
+    stderr: (text) => void process.stderr.write(text)
+  })
+}) {}
+
+/** Text as a line: a newline appended unless it ends with one. */
+const asLine = (text: string): string => (text.endsWith("\n") ? text : `${text}\n`)
 
 /** @internal */
 export const writeStdout = (text: string): Effect.Effect<void> =>
-  Effect.sync(() => {
-    process.stdout.write(text.endsWith("\n") ? text : `${text}\n`)
-  })
+  Effect.flatMap(CliOutput, (output) => Effect.sync(() => output.stdout(asLine(text))))
 
 /** @internal */
 export const writeStderr = (text: string): Effect.Effect<void> =>
-  Effect.sync(() => {
-    process.stderr.write(text.endsWith("\n") ? text : `${text}\n`)
-  })
+  Effect.flatMap(CliOutput, (output) => Effect.sync(() => output.stderr(asLine(text))))
 
 /** One JSON document, pretty-printed. @internal */
 export const writeJson = (value: unknown): Effect.Effect<void> => writeStdout(JSON.stringify(value, null, 2))
 
 /** The library's log lines (a takeover, a broken lock, a torn tail) go to stderr, never into a result. @internal */
-export const stderrLogger: Logger.Logger<unknown, void> = Logger.make(({ logLevel, message }) => {
+export const stderrLogger: Logger.Logger<unknown, void> = Logger.make(({ context, logLevel, message }) => {
   const text = Array.isArray(message) ? message.map(String).join(" ") : String(message)
-  process.stderr.write(`${logLevel.label.toLowerCase()}: ${text}\n`)
+  const output = Context.get(FiberRefs.getOrDefault(context, FiberRef.currentContext), CliOutput)
+  output.stderr(`${logLevel.label.toLowerCase()}: ${text}\n`)
 })
 
 /** A table for people: columns padded to their widest cell, the last column left ragged. @internal */
