@@ -468,6 +468,7 @@ export type ResumeError =
  */
 export type SendError =
   | DuplicateMessage
+  | InvalidAgentOptions
   | SessionError.InvalidEventData
   | AgentInactive
   | AgentBroken

@@ -10,6 +10,7 @@
  */
 import type { Option } from "effect"
 import { Effect } from "effect"
+import type { SendOptions } from "../../../Agent.js"
 import type * as AgentError from "../../../AgentError.js"
 import type { AgentStatus } from "../../../AgentEvent.js"
 import type * as Compaction from "../../../Compaction.js"
@@ -19,6 +20,7 @@ import type { CancelCause, InboxTarget } from "../../../SessionEvent.js"
 import type { DriverDeps } from "./state.js"
 import { DriverState } from "./state.js"
 import * as compaction from "../compaction.js"
+import * as turnOptions from "./turnOptions.js"
 import * as verbs from "./verbs.js"
 
 export type { DriverDeps } from "./state.js"
@@ -27,6 +29,13 @@ export type { DriverDeps } from "./state.js"
 export interface Driver {
   readonly status: Effect.Effect<AgentStatus>
   readonly send: (message: UserMessage, target: InboxTarget, wake: boolean) => Effect.Effect<void, AgentError.SendError>
+  /** APP-04, OUT-01: `send` of a message with its turn's own `settings` and `output` stored on it. */
+  readonly sendWith: (
+    message: UserMessage,
+    target: InboxTarget,
+    wake: boolean,
+    options: Pick<SendOptions, "settings" | "output">
+  ) => Effect.Effect<void, AgentError.SendError>
   readonly cancel: (
     cause: CancelCause,
     options?: { readonly keepInbox?: boolean | undefined }
@@ -77,6 +86,14 @@ class DriverHandle implements Driver {
   }
   send(message: UserMessage, target: InboxTarget, wake: boolean) {
     return verbs.send(this.state, message, target, wake)
+  }
+  sendWith(message: UserMessage, target: InboxTarget, wake: boolean, options: Pick<SendOptions, "settings" | "output">) {
+    const state = this.state
+    return Effect.flatMap(turnOptions.withTurnOptions(state, message, options), (withOptions) =>
+      withOptions === message
+        ? verbs.send(state, message, target, wake)
+        : Effect.tapError(verbs.send(state, withOptions, target, wake), () =>
+          Effect.sync(() => state.outputSchemas?.delete(message.id))))
   }
   cancel(cause: CancelCause, options?: { readonly keepInbox?: boolean | undefined }) {
     return verbs.cancel(this.state, cause, options)

@@ -199,8 +199,13 @@ class LiveAgent implements Agent {
     this.send = (message: Message.UserMessage, second?: SendOptions | InboxTarget | undefined, wake?: boolean) =>
       typeof second === "string"
         ? driver.send(message, second, wake === true)
+        : second?.settings !== undefined || second?.output !== undefined
+        ? driver.sendWith(message, second.target ?? "next-turn", second.wake ?? true, second)
         : driver.send(message, second?.target ?? "next-turn", second?.wake ?? true)
-    this.followup = (message) => driver.send(message, "next-turn", true)
+    this.followup = (message, options) =>
+      options?.settings !== undefined || options?.output !== undefined
+        ? driver.sendWith(message, "next-turn", true, options)
+        : driver.send(message, "next-turn", true)
     this.steer = (message) => driver.send(message, "next-step", true)
     this.inject = (message) => driver.send(message, "next-step", false)
     this.cancel = (cause, cancelOptions) => driver.cancel(cause, cancelOptions)
