@@ -6,7 +6,7 @@
  * through the HTTP API's own routes, plus the local `GET /inspector/api/registry`.
  */
 import { api, ApiError, follow, setToken } from "./api.js"
-import { byId, clock, h, replace } from "./dom.js"
+import { byId, clock, Follower, h, replace } from "./dom.js"
 import { Timeline, usageText } from "./timeline.js"
 
 /**
@@ -38,7 +38,9 @@ const elements = {
   tokenForm: byId("token-form", HTMLFormElement),
   token: byId("token", HTMLInputElement),
   createForm: byId("create-form", HTMLFormElement),
-  createId: byId("create-id", HTMLInputElement)
+  createId: byId("create-id", HTMLInputElement),
+  create: byId("create", HTMLButtonElement),
+  followNewest: byId("follow-newest", HTMLButtonElement)
 }
 
 const state = {
@@ -49,10 +51,17 @@ const state = {
   /** @type {Map<string, SessionListEntry>} the list's entries (no meta), or a summary read since */
   sessions: new Map(),
   /** @type {"idle" | "running" | undefined} the status the live stream last reported */
-  liveStatus: undefined
+  liveStatus: undefined,
+  /** whether an action of the controls is under way */
+  busy: false
 }
 
-const timeline = new Timeline(elements.timeline)
+/** Follows the newest entry of the timeline unless the reader scrolled away (DOC-03). */
+const follower = new Follower(elements.timeline, (following) => {
+  elements.followNewest.hidden = following || state.selected === undefined
+})
+const timeline = new Timeline(elements.timeline, () => follower.reveal())
+elements.followNewest.addEventListener("click", () => follower.resume())
 
 // -------------------------------------------------------------------------------------------------
 // notices
@@ -165,8 +174,27 @@ const refreshRegistry = async () => {
 // -------------------------------------------------------------------------------------------------
 // the selected session
 
+/**
+ * Turns the controls on only when they can act (DOC-03), saying why they are off: Send needs a
+ * message, Cancel a running turn or pending input, Create a session id; none while an action runs.
+ */
+const updateControls = () => {
+  const info = state.selected === undefined ? undefined : state.sessions.get(state.selected)
+  const status = state.liveStatus ?? info?.status
+  const pending = info === undefined ? 0 : info.pending.nextTurn + info.pending.nextStep
+  const canCancel = status === "running" || pending > 0
+  const hasMessage = elements.message.value.trim() !== ""
+  elements.send.disabled = state.busy || state.selected === undefined || !hasMessage
+  elements.send.title = hasMessage ? "" : "type a message first"
+  elements.cancel.disabled = state.busy || !canCancel
+  elements.cancel.title = canCancel ? "" : "nothing to cancel: no turn is running and no input is pending"
+  elements.keepInbox.disabled = elements.cancel.disabled
+  elements.create.disabled = state.busy || elements.createId.value.trim() === ""
+}
+
 /** @param {SessionListEntry | undefined} info */
 const showSummary = (info) => {
+  updateControls()
   if (info === undefined) return
   const status = state.liveStatus ?? info.status
   replace(elements.summary, [
@@ -237,6 +265,7 @@ const select = (id) => {
   state.stop?.()
   state.selected = id
   state.liveStatus = undefined
+  follower.resume()
   if (decodeURIComponent(location.hash.slice(1)) !== id) location.hash = encodeURIComponent(id)
   elements.detail.hidden = false
   elements.title.textContent = id
@@ -275,15 +304,15 @@ const select = (id) => {
  * @param {() => Promise<string>} action
  */
 const act = async (action) => {
-  elements.send.disabled = true
-  elements.cancel.disabled = true
+  state.busy = true
+  updateControls()
   try {
     notify(await action(), "info")
   } catch (error) {
     notify(error)
   } finally {
-    elements.send.disabled = false
-    elements.cancel.disabled = false
+    state.busy = false
+    updateControls()
   }
 }
 
@@ -295,9 +324,14 @@ elements.send.addEventListener("click", () => {
   void act(async () => {
     const receipt = await api.send(id, text, mode)
     elements.message.value = ""
+    // who sends wants to see what comes of it
+    follower.resume()
     return `sent ${mode} ${receipt.messageId}${receipt.duplicate ? " (already accepted)" : ""}`
   })
 })
+
+elements.message.addEventListener("input", updateControls)
+elements.createId.addEventListener("input", updateControls)
 
 elements.message.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) elements.send.click()
@@ -355,6 +389,7 @@ const fromHash = () => {
 
 window.addEventListener("hashchange", fromHash)
 elements.tokenForm.hidden = true
+updateControls()
 const loop = async () => {
   await refresh()
   setTimeout(loop, REFRESH_MILLIS)

@@ -90,3 +90,60 @@ export const prettyJson = (text) => {
     return text
   }
 }
+
+/**
+ * Keeps the end of an element in view while it grows (DOC-03: the timeline follows a streaming
+ * reply), unless the reader scrolled away from it; scrolling back to the end, or `resume`, follows
+ * again. The page's own scrolls never count as the reader's: only a scroll above the last position
+ * the follower set turns following off.
+ */
+export class Follower {
+  /** How close to the end (px) a reader counts as being at the end. */
+  static SLACK = 48
+  /** The room (px) left below the end when the follower scrolls to it. */
+  static MARGIN = 12
+
+  /**
+   * @param {HTMLElement} target the element whose end is followed
+   * @param {(following: boolean) => void} [shown] told when following turns on or off
+   */
+  constructor(target, shown = () => {}) {
+    this.target = target
+    this.shown = shown
+    this.following = true
+    /** @type {number} the window's scroll position after the follower's own last scroll */
+    this.placed = 0
+    window.addEventListener("scroll", () => this.scrolled(), { passive: true })
+  }
+
+  /** How far the end of the target is below the bottom of the window (negative when above it). */
+  below() {
+    return this.target.getBoundingClientRect().bottom - window.innerHeight
+  }
+
+  /** @param {boolean} following */
+  set(following) {
+    if (this.following === following) return
+    this.following = following
+    this.shown(following)
+  }
+
+  scrolled() {
+    if (this.below() <= Follower.SLACK) this.set(true)
+    else if (window.scrollY < this.placed - 2) this.set(false)
+  }
+
+  /** After the target changed: its end is scrolled into view if the reader follows it. */
+  reveal() {
+    if (!this.following) return
+    const below = this.below()
+    if (below > 0) window.scrollBy(0, below + Follower.MARGIN)
+    this.placed = window.scrollY
+  }
+
+  /** Follows again (a new session, or the reader asked to) and scrolls to the end. */
+  resume() {
+    this.set(true)
+    this.reveal()
+  }
+}

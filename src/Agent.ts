@@ -18,6 +18,7 @@ import type { Session } from "./Session.js"
 import type { SessionAppendError } from "./SessionError.js"
 import type { CancelCause, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
 import type { LoopHooksShape, ToolRegistryShape } from "./Tool.js"
+import type { TurnResult } from "./TurnResult.js"
 
 /**
  * How an agent talks to its model.
@@ -37,6 +38,14 @@ export interface AgentOptions {
   readonly maxStepsPerTurn?: number | undefined
   /** Cap on `requestError` retries; default 3. */
   readonly maxRequestRetries?: number | undefined
+  /**
+   * APP-03: a turn that ends `error` logs one `Warning` line through Effect's logger (session id,
+   * turn, code, message) unless a `run`/`stream` caller receives the error; `false` turns it off.
+   * Default `true`.
+   *
+   * @since 0.3.0
+   */
+  readonly logTurnErrors?: boolean | undefined
   /**
    * The model's context window in tokens (a positive integer). When set, a step whose estimated
    * prompt exceeds `compaction.threshold` of it compacts the older turns first (CMP-01); unset, the
@@ -171,6 +180,26 @@ export interface SendOptions {
 }
 
 /**
+ * What `agent.run` takes beside its message (APP-01).
+ *
+ * @since 0.3.0
+ * @category options
+ */
+export interface RunOptions {
+  /**
+   * The id of a message given as text (else a fresh one is minted); a `UserMessage` keeps its own.
+   * A `MessageId` the session accepted before fails `DuplicateMessage`, as `send` does.
+   */
+  readonly messageId?: string | undefined
+  /**
+   * When the caller is interrupted: `true` withdraws the run's message while it is still pending,
+   * or cancels the run's own turn (keeping the inbox) while it runs; the default `false` leaves the
+   * turn to the agent, as it belongs to the agent, not to the caller.
+   */
+  readonly cancelOnInterrupt?: boolean | undefined
+}
+
+/**
  * What `agent.spawn` takes: the options of a create, without `parentAgent` (the spawning agent is
  * the parent).
  *
@@ -254,6 +283,34 @@ export interface Agent {
    * @since 0.2.0
    */
   readonly wake: Effect.Effect<void>
+  /**
+   * Sends `message` as a follow-up (next turn, waking) and waits for the turn that claims it (one
+   * turn per follow-up, in order) to end (APP-01). Succeeds with its {@link TurnResult} when it ends
+   * `completed`; any other end fails `TurnFailed` with the partial result (a `preStep` hook's reject
+   * is `blocked`). A message canceled before a turn claimed it fails `MessageDiscarded`; one parked
+   * by `cancel({keepInbox: true})` keeps waiting for the turn that will claim it. Interrupting the
+   * caller leaves the turn running unless `cancelOnInterrupt`. A string is sent as `Message.user`.
+   *
+   * @since 0.3.0
+   */
+  readonly run: (
+    message: UserMessage | string,
+    options?: RunOptions | undefined
+  ) => Effect.Effect<TurnResult, AgentError.RunError>
+  /**
+   * The result of turn `turn`, derived from the log (APP-01): the same value `run` returned for it,
+   * also after a restart; `None` while it runs or when there is no such turn.
+   *
+   * @since 0.3.0
+   */
+  readonly turnResult: (turn: number) => Effect.Effect<Option.Option<TurnResult>>
+  /**
+   * Waits for turn `turn` to end, as `run` waits for its own (APP-01): at once when it has ended,
+   * `TurnNotFound` when the log has no such turn.
+   *
+   * @since 0.3.0
+   */
+  readonly awaitTurn: (turn: number) => Effect.Effect<TurnResult, AgentError.AwaitTurnError>
   /** Resolves when no activity remains; never fails. */
   readonly whenIdle: Effect.Effect<void>
   /** Runs `task` exclusively while the agent is idle. */

@@ -7,6 +7,8 @@
 import { Schema } from "effect"
 import type { InvalidSessionId } from "./Message.js"
 import type * as SessionError from "./SessionError.js"
+import { TurnEndReason } from "./SessionEvent.js"
+import { TurnResult } from "./TurnResult.js"
 
 const CancelCauseSchema = Schema.Union(
   Schema.Struct({ kind: Schema.Literal("user") }),
@@ -473,3 +475,86 @@ export type SendError =
   | AgentInactive
   | AgentBroken
   | SessionError.SessionAppendError
+
+/** An end reason in a few words, for a message. */
+const describeReason = (reason: TurnEndReason): string => {
+  switch (reason.kind) {
+    case "error":
+      return `error (${reason.error.code}: ${reason.error.message})`
+    case "blocked":
+      return `blocked by a preStep hook (${reason.reason})`
+    case "aborted":
+      return `aborted (canceled: ${reason.cause.kind})`
+    default:
+      return reason.kind
+  }
+}
+
+/**
+ * The turn that `run` (or `stream`, `awaitTurn`) waited for ended otherwise than `completed`
+ * (APP-01): `reason` is its end reason, `partial` what it produced up to its end, as
+ * `agent.turnResult(turn)` derives it from the log.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class TurnFailed extends Schema.TaggedError<TurnFailed>("effect-agent/TurnFailed")(
+  "TurnFailed",
+  { id: Schema.String, turn: Schema.Number, reason: TurnEndReason, partial: TurnResult }
+) {
+  override get message(): string {
+    return `turn ${this.turn} of agent ${JSON.stringify(this.id)} ended ${describeReason(this.reason)}; ` +
+      "what it produced is in `partial`, and the session is usable: send the next message when ready"
+  }
+}
+
+/**
+ * The message `run` (or `stream`) sent was removed from the inbox before a turn claimed it (APP-01):
+ * a cancel discarded it (`agent.cancel` without `keepInbox`, or `inbox.remove`). Nothing ran for it.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class MessageDiscarded extends Schema.TaggedError<MessageDiscarded>("effect-agent/MessageDiscarded")(
+  "MessageDiscarded",
+  { id: Schema.String, messageId: Schema.String }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)}: message ${JSON.stringify(this.messageId)} was canceled before a ` +
+      "turn took it, so no turn ran for it; send it again (with a new message id) to run it"
+  }
+}
+
+/**
+ * `awaitTurn` (or `GET /sessions/:id/turns/:turn`) named a turn the session's log does not have
+ * (APP-01).
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class TurnNotFound extends Schema.TaggedError<TurnNotFound>("effect-agent/TurnNotFound")(
+  "TurnNotFound",
+  { id: Schema.String, turn: Schema.Number, lastTurn: Schema.Number }
+) {
+  override get message(): string {
+    return `agent ${JSON.stringify(this.id)} has no turn ${this.turn} (its last turn is ${this.lastTurn}); ` +
+      "use the turn number a TurnResult or the 202 of POST /runs gave"
+  }
+}
+
+/**
+ * What `agent.run` can fail with (APP-01): the errors of a send, the turn's own failure, or the
+ * message discarded before a turn took it.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type RunError = SendError | TurnFailed | MessageDiscarded
+
+/**
+ * What `agent.awaitTurn` can fail with (APP-01).
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type AwaitTurnError = TurnFailed | TurnNotFound | AgentInactive | AgentBroken

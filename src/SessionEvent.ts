@@ -68,18 +68,38 @@ export const FORMAT = "effect-agent/session" as const
  * @since 0.1.0
  * @category format
  */
-export const VERSION = 2 as const
+export const VERSION = 3 as const
 
 /**
  * The format versions this library reads and appends to (DUR-00). Version 2 adds
  * `providerCallId` on tool-call parts, the `reasoningTokens`/`cachedInputTokens` usage fields, the
  * `"other"` finish reason and the `session/compacted` event (CMP-01); they may be appended to a version-1 session too (an older library then
- * refuses the session, which is safe).
+ * refuses the session, which is safe). Version 3 adds the people-in-the-loop events
+ * (`tool/approval-requested`, `tool/approval-decided`, `tool/input-requested`, `tool/input-provided`),
+ * `tool/child` and the header's `child`.
  *
  * @since 0.2.0
  * @category format
  */
-export const SUPPORTED_VERSIONS = [1, 2] as const
+export const SUPPORTED_VERSIONS = [1, 2, 3] as const
+
+/**
+ * Which parent call a child session was spawned for (format v3): a child's header names its
+ * parent session and the tool call that owns it. This is ownership, not a fork's lineage.
+ *
+ * @since 0.3.0
+ * @category format
+ */
+export const ChildOf = Schema.Struct({
+  parent: SessionId,
+  callId: Schema.String.pipe(Schema.minLength(1))
+})
+
+/**
+ * @since 0.3.0
+ * @category format
+ */
+export type ChildOf = typeof ChildOf.Type
 
 /**
  * @since 0.1.0
@@ -92,7 +112,8 @@ export const SessionHeader = Schema.Struct({
   createdAt: Schema.NonNegativeInt,
   parentSession: Schema.optionalWith(SessionId, { exact: true }),
   seedLength: Schema.NonNegativeInt,
-  meta: JsonRecord
+  meta: JsonRecord,
+  child: Schema.optionalWith(ChildOf, { exact: true })
 })
 
 /**
@@ -384,6 +405,148 @@ export const SessionCompacted = envelope(
   })
 )
 
+const CallId = Schema.String.pipe(Schema.minLength(1))
+
+/**
+ * An id the library mints for a request a person answers (an approval's `approvalId`, a question's
+ * `requestId`): URL-safe, so it can name a route.
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const RequestId = Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9._~-]{1,128}$/))
+
+/**
+ * Format v3: a call of the step's response needs a decision before it may run. Logged before
+ * the call's `tool/call`, which is written only when the call is dispatched. `arguments` is the model's
+ * raw argument text; `deadline` (epoch milliseconds on the session's Clock) is when the request is
+ * rejected automatically.
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const ApprovalRequested = envelope(
+  "tool/approval-requested",
+  Schema.Struct({
+    turn: Turn,
+    step: Step,
+    callId: CallId,
+    approvalId: RequestId,
+    tool: Schema.String,
+    arguments: Schema.String,
+    deadline: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
+  })
+)
+
+/**
+ * How an approval request was settled: a decision (`approved`, `rejected`) or a cancel of the turn
+ * (`canceled`).
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const ApprovalDecision = Schema.Literal("approved", "rejected", "canceled")
+
+/**
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export type ApprovalDecision = typeof ApprovalDecision.Type
+
+/**
+ * Format v3: the decision on an approval request. `reason` is for people (`"timeout"` for an
+ * automatic rejection); `message` is what the model sees in a rejected call's result; `arguments` the
+ * edited argument text an approval ran the call with; `initiator` the agent that decided, `null` when
+ * it came from outside any agent (a person through the API).
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const ApprovalDecided = envelope(
+  "tool/approval-decided",
+  Schema.Struct({
+    turn: Turn,
+    step: Step,
+    callId: CallId,
+    decision: ApprovalDecision,
+    reason: Schema.optionalWith(Schema.String, { exact: true }),
+    message: Schema.optionalWith(Schema.String, { exact: true }),
+    arguments: Schema.optionalWith(Schema.String, { exact: true }),
+    initiator: Schema.NullOr(SessionId)
+  })
+)
+
+/**
+ * Format v3: a running tool asked a question (`Tool.ask`); `jsonSchema` describes the answer
+ * it decodes. `deadline` as for approvals.
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const InputRequested = envelope(
+  "tool/input-requested",
+  Schema.Struct({
+    turn: Turn,
+    step: Step,
+    callId: CallId,
+    requestId: RequestId,
+    question: Schema.String,
+    jsonSchema: JsonRecord,
+    deadline: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
+  })
+)
+
+/**
+ * How a question was settled: answered (`provided`, with the `value`), `declined` by the person,
+ * `canceled` with the turn, or `timeout`.
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const InputOutcome = Schema.Literal("provided", "declined", "canceled", "timeout")
+
+/**
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export type InputOutcome = typeof InputOutcome.Type
+
+/**
+ * Format v3: the answer to a question, or why there is none. A replayed tool's `ask` returns
+ * a logged `value` at once.
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const InputProvided = envelope(
+  "tool/input-provided",
+  Schema.Struct({
+    turn: Turn,
+    step: Step,
+    callId: CallId,
+    requestId: RequestId,
+    outcome: InputOutcome,
+    value: Schema.optionalWith(JsonValue, { exact: true })
+  }).pipe(
+    Schema.filter((d) =>
+      (d.outcome === "provided") === (d.value !== undefined) ||
+      "a tool/input-provided carries a value exactly when its outcome is provided"
+    )
+  )
+)
+
+/**
+ * Format v3: the call `callId` runs the child session `child`. Logged before the child is
+ * spawned, so a resumed parent finds it.
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const ToolChild = envelope(
+  "tool/child",
+  Schema.Struct({ turn: Turn, step: Step, callId: CallId, child: SessionId })
+)
+
 /**
  * Every core event, discriminated by `type` (EVT-02).
  *
@@ -401,7 +564,12 @@ export const CoreEvent = Schema.Union(
   ToolResultLogged,
   TurnEnd,
   RequestConfig,
-  SessionCompacted
+  SessionCompacted,
+  ApprovalRequested,
+  ApprovalDecided,
+  InputRequested,
+  InputProvided,
+  ToolChild
 )
 
 /**
@@ -433,7 +601,12 @@ export const coreTypes: ReadonlySet<string> = new Set<CoreType>([
   "tool/result",
   "turn/end",
   "request/config",
-  "session/compacted"
+  "session/compacted",
+  "tool/approval-requested",
+  "tool/approval-decided",
+  "tool/input-requested",
+  "tool/input-provided",
+  "tool/child"
 ])
 
 /**

@@ -106,3 +106,8 @@ export * as Metrics from "./Metrics.js"
  */
 export * as ModelSettings from "./ModelSettings.js"
 export * as SessionGateway from "./SessionGateway.js"
+
+/**
+ * @since 0.3.0
+ */
+export * as TurnResult from "./TurnResult.js"

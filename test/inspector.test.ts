@@ -8,7 +8,7 @@
  * (`.ci/run` sets it and installs Chromium).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Context, Effect, Option, Redacted, Schema } from "effect"
+import { Context, Deferred, Effect, Option, Redacted, Schema, TestClock } from "effect"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import * as path from "node:path"
@@ -119,6 +119,7 @@ describe("inspector", () => {
         "api.js": "text/javascript; charset=utf-8",
         "timeline.js": "text/javascript; charset=utf-8",
         "dom.js": "text/javascript; charset=utf-8",
+        "charts.js": "text/javascript; charset=utf-8",
         "style.css": "text/css; charset=utf-8",
         "index.html": "text/html; charset=utf-8"
       }
@@ -131,7 +132,7 @@ describe("inspector", () => {
         assert.strictEqual(body, fs.readFileSync(new URL(`../inspector/${file}`, import.meta.url), "utf8"), file)
       }
       // the modules are plain JavaScript checked by TypeScript (`// @ts-check`), nothing to build
-      for (const file of ["app.js", "api.js", "timeline.js", "dom.js"]) {
+      for (const file of ["app.js", "api.js", "timeline.js", "dom.js", "charts.js"]) {
         assert.match(fs.readFileSync(new URL(`../inspector/${file}`, import.meta.url), "utf8"), /^\/\/ @ts-check\n/, file)
       }
       // traversal: encoded and plain dot segments, other folders, other extensions, files that do not exist
@@ -420,3 +421,322 @@ describe("inspector in Chromium", () => {
   )
 })
 
+
+// -------------------------------------------------------------------------------------------------
+// DOC-03: an inspector that helps (follows the stream, narrow screens, plain labels, controls that
+// say when they cannot act, per-turn time bars and token usage)
+
+/**
+ * The seeded server of the DOC-03 tests: each session has its own script. The TestClock starts at a
+ * plausible date; the "tools" session's `run_tests` call takes 1.4 s of it (held by a gate while
+ * the test moves the clock), so its time bar has spans of different lengths.
+ */
+const docServer = Effect.gen(function*() {
+  yield* TestClock.setTime(Date.UTC(2026, 11, 2, 9, 30, 0))
+  const store = yield* fileStore
+  const testsStarted = yield* Deferred.make<void>()
+  const testsDone = yield* Deferred.make<void>()
+  const runTests = Tool.make({
+    name: "run_tests",
+    description: "Runs the test suite.",
+    parameters: Schema.Struct({ suite: Schema.String }),
+    run: ({ suite }) =>
+      Deferred.succeed(testsStarted, undefined).pipe(
+        Effect.zipRight(Deferred.await(testsDone)),
+        Effect.as(Tool.text(`${suite}: 12 passed`))
+      )
+  })
+  const served = yield* serve(
+    store,
+    {
+      // one turn: a reply with two tool calls (step 1), then a text reply (step 2)
+      tools: [
+        [
+          Model.text("Let me look at the file and run the tests."),
+          Model.toolCall("call-1", "read_file", JSON.stringify({ path: "notes/a-rather-long-folder-name/todo.txt", lines: 3 })),
+          Model.toolCall("call-2", "run_tests", JSON.stringify({ suite: "inspector" }))
+        ],
+        Model.text("The file lists two tasks, and the tests pass.")
+      ],
+      // six short turns, then a reply that streams until canceled
+      long: [
+        ...Array.from({ length: 6 }, (_, index) => Model.text(`Reply number ${index + 1}, a sentence long enough to wrap.`)),
+        Model.hang("Streaming the seventh reply")
+      ],
+      live: [Model.hang("Thinking it over")]
+    },
+    { host: { setup: (agent) => Effect.zipRight(agent.tools.register(readFile), agent.tools.register(runTests)) } }
+  )
+  const put = (id: string) => request(`${served.url}/sessions/${id}`, { method: "PUT", body: { options: route } })
+  const say = (id: string, text: string, mode = "followup") =>
+    request(`${served.url}/sessions/${id}/messages`, { method: "POST", body: { text, mode } })
+  for (const id of ["tools", "long", "live", "idle"]) assert.strictEqual((yield* put(id)).status, 201)
+  assert.strictEqual((yield* say("tools", "What is in notes/todo.txt, and do the tests pass?")).status, 202)
+  yield* Deferred.await(testsStarted)
+  yield* TestClock.adjust("1400 millis")
+  yield* Deferred.succeed(testsDone, undefined)
+  yield* served.host.use("tools", (agent) => agent.whenIdle)
+  for (let turn = 1; turn <= 6; turn++) {
+    assert.strictEqual((yield* say("long", `Question ${turn}`)).status, 202)
+    yield* served.host.use("long", (agent) => agent.whenIdle)
+  }
+  // a reply still streaming when the test ends is canceled before the server stops
+  yield* Effect.addFinalizer(() =>
+    Effect.forEach(["long", "live"], (id) => request(`${served.url}/sessions/${id}/cancel`, { method: "POST", body: {} }), { discard: true })
+  )
+  return { store, served, say }
+})
+
+/** A page of `width` × `height` in a fresh Chromium context, with the inspector open on `session`. */
+const openInspector = (browser: Browser, url: string, session: string, width: number, height: number) =>
+  Effect.gen(function*() {
+    const context = yield* Effect.acquireRelease(
+      Effect.promise(() => browser.newContext({ viewport: { width, height } })),
+      (context) => Effect.promise(() => context.close())
+    )
+    const page = yield* Effect.promise(() => context.newPage())
+    page.setDefaultTimeout(20_000)
+    const errors: Array<string> = []
+    page.on("pageerror", (error) => errors.push(`page error: ${error.message}`))
+    page.on("console", (message) => {
+      if (message.type() === "error") errors.push(`console error: ${message.text()}`)
+    })
+    yield* inPage(() => page.goto(`${url}/inspector/#${session}`))
+    yield* inPage(() => page.locator("#stream-state.open").waitFor())
+    return { page, errors }
+  })
+
+/** In the page: whether the end of the timeline is in the window (what the follower keeps in view). */
+const endInView = `document.getElementById("timeline").getBoundingClientRect().bottom <= window.innerHeight + 48`
+
+/** A number the page computes from `expression` (page code is given as text: the tests have no DOM types). */
+const pageNumber = (page: Page, expression: string) =>
+  inPage(() => page.evaluate(expression)).pipe(Effect.map((value) => {
+    assert.isNumber(value, expression)
+    return value as number
+  }))
+
+/** Whether the end of the timeline is in the window. */
+const timelineEndInView = (page: Page) => inPage(() => page.evaluate(endInView)).pipe(Effect.map((value) => value === true))
+
+/** Waits until the end of the timeline is in the window. */
+const waitTimelineEndInView = (page: Page) => inPage(() => page.waitForFunction(endInView, undefined, { timeout: 20_000 }))
+
+const isAssistant = (event: SessionEvent): event is Extract<SessionEvent, { type: "assistant/message" }> =>
+  event.type === "assistant/message"
+
+const needsChromium = Effect.suspend(() =>
+  hasChromium
+    ? Effect.void
+    : Effect.dieMessage(`DOC-03 needs Chromium at ${chromiumPath} under CI: .ci/run installs Debian's chromium package`)
+)
+
+describe("inspector DOC-03 in Chromium", () => {
+  it.scoped.skipIf(!hasChromium && !inCi)(
+    "DOC-03 labels say what an entry is (a step start is not a model request) and a scripted turn has an SVG time bar per step, model request and tool call, and a token-usage chart",
+    () =>
+      Effect.gen(function*() {
+        yield* needsChromium
+        const { served, store } = yield* docServer
+        const browser = yield* launchBrowser
+        const { errors, page } = yield* openInspector(browser, served.url, "tools", 1400, 900)
+        yield* waitForText(page, ".turn.end-completed .turn-end", "completed")
+
+        // every durable entry is named in words, with its event type as the tooltip
+        const labels = yield* inPage(() =>
+          page.$$eval("#timeline [data-type]", (elements) =>
+            elements.map((element) => ({
+              type: element.getAttribute("data-type") ?? "",
+              title: element.querySelector(":scope > .stamp")?.getAttribute("title") ?? "",
+              label: element.querySelector(":scope > .stamp b")?.textContent ?? ""
+            })))
+        )
+        const stored = yield* storedEvents(store, "tools")
+        // a turn's start is its heading, a step's end closes its frame: every other event has an entry
+        assert.include(yield* inPage(() => page.locator(`.turn[data-turn="1"] h3`).innerText()), "Turn 1 started")
+        assert.deepStrictEqual(
+          labels.map((entry) => entry.type).sort(),
+          stored.map((event) => event.type).filter((type) => type !== "turn/start" && type !== "step/end").sort(),
+          "one labelled entry per durable event"
+        )
+        const labelOf = (type: string) => labels.filter((entry) => entry.type === type).map((entry) => entry.label)
+        assert.deepStrictEqual(labelOf("step/start"), ["step 1 started", "step 2 started"])
+        assert.deepStrictEqual(labelOf("assistant/message"), ["model reply (scripted/test)", "model reply (scripted/test)"])
+        assert.deepStrictEqual(labelOf("tool/call"), ["tool call read_file", "tool call run_tests"])
+        assert.deepStrictEqual(labelOf("tool/result"), ["tool result", "tool result"])
+        assert.deepStrictEqual(labelOf("user/message"), ["message from user"])
+        assert.deepStrictEqual(labelOf("turn/end"), ["turn end: completed"])
+        assert.include(labelOf("agent/inbox/spliced"), "follow-up queued for the next turn")
+        for (const entry of labels) {
+          assert.strictEqual(entry.title, entry.type)
+          assert.notInclude(entry.label.replace("scripted/test", ""), "/", `${entry.type} is named in words: ${entry.label}`)
+          if (entry.type !== "assistant/message") assert.notInclude(entry.label, "model request", entry.type)
+        }
+
+        // the turn's time bar: 2 steps, 2 model requests, 2 tool calls, in that order, on the turn's axis
+        const turn = page.locator(`.turn[data-turn="1"]`)
+        const bars = yield* inPage(() =>
+          turn.locator("svg.time-bars rect.bar").evaluateAll((rects) =>
+            rects.map((rect) => ({
+              kind: rect.getAttribute("data-kind"),
+              x: parseFloat(rect.getAttribute("x") ?? "NaN"),
+              width: parseFloat(rect.getAttribute("width") ?? "NaN"),
+              open: rect.classList.contains("open")
+            })))
+        )
+        assert.deepStrictEqual(bars.map((bar) => bar.kind), ["step", "model", "tool", "tool", "step", "model"])
+        for (const bar of bars) {
+          assert.isFalse(bar.open, "a completed turn has no open span")
+          assert.isAtLeast(bar.x, 34)
+          assert.isAtMost(bar.x + bar.width, 98.7)
+        }
+        // the 1.4 s the tests took is most of the turn: step 1 and run_tests span it, the rest is instant
+        const [step1, model1, readCall, testsCall, step2] = bars
+        assert.isAbove(step1!.width, 60)
+        assert.isAbove(testsCall!.width, 60)
+        assert.isBelow(model1!.width, 1)
+        assert.isBelow(readCall!.width, 1)
+        assert.isAbove(step2!.x, 97)
+        assert.include(yield* inPage(() => turn.locator("svg.time-bars > text").nth(1).textContent()), "1.40 s")
+        // the usage chart: one row per model reply, input and output stacked, totals from the log
+        const rows = yield* inPage(() => turn.locator("svg.usage-chart g.usage-row").count())
+        assert.strictEqual(rows, 2)
+        assert.strictEqual(yield* inPage(() => turn.locator("svg.usage-chart g.usage-row rect").count()), 4)
+        const usage = stored.flatMap((event) =>
+          isAssistant(event) && event.data.usage !== undefined ? [event.data.usage] : []
+        )
+        const total = (key: "inputTokens" | "outputTokens") => usage.reduce((sum, item) => sum + (item[key] ?? 0), 0)
+        assert.isAbove(total("outputTokens"), 0)
+        const heading = yield* inPage(() => turn.locator("svg.usage-chart > text").first().textContent())
+        assert.strictEqual(heading, `tokens: ${total("inputTokens")} in · ${total("outputTokens")} out`)
+
+        const shots = screenshotDirectory(yield* tempDirectory("effect-agent-inspector-"))
+        const shot = path.join(shots, "inspector-charts.png")
+        yield* inPage(() => page.screenshot({ path: shot, fullPage: true }))
+        assert.isAbove(fs.statSync(shot).size, 10_000)
+        // eslint-disable-next-line no-console
+        console.info(`DOC-03 screenshot: ${shot}`)
+        assert.deepStrictEqual(errors, [])
+      }),
+    120_000
+  )
+
+  it.scoped.skipIf(!hasChromium && !inCi)(
+    "DOC-03 usable at 420 px: one column, no horizontal scroll (document.scrollWidth <= 420), every control within the screen",
+    () =>
+      Effect.gen(function*() {
+        yield* needsChromium
+        const { served } = yield* docServer
+        const browser = yield* launchBrowser
+        const { errors, page } = yield* openInspector(browser, served.url, "tools", 420, 800)
+        yield* waitForText(page, ".turn.end-completed .turn-end", "completed")
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="long"]`).waitFor())
+        yield* inPage(() => page.locator("svg.time-bars").waitFor())
+        const scrollWidth = yield* pageNumber(page, "document.documentElement.scrollWidth")
+        assert.isAtMost(scrollWidth, 420)
+        for (const control of ["#message", "#mode", "#send", "#cancel", "#keep-inbox", "#create-id", "#create", "svg.time-bars"]) {
+          const box = yield* inPage(() => page.locator(control).first().boundingBox())
+          assert.isNotNull(box, control)
+          assert.isAtLeast(box!.x, 0, control)
+          assert.isAtMost(box!.x + box!.width, 420, control)
+        }
+        // and typing and sending works from there
+        yield* inPage(() => page.fill("#message", "Thanks"))
+        yield* inPage(() => page.locator("#send:enabled").waitFor())
+        const shots = screenshotDirectory(yield* tempDirectory("effect-agent-inspector-"))
+        const shot = path.join(shots, "inspector-420.png")
+        yield* inPage(() => page.screenshot({ path: shot, fullPage: true }))
+        assert.isAbove(fs.statSync(shot).size, 10_000)
+        assert.deepStrictEqual(errors, [])
+      }),
+    120_000
+  )
+
+  it.scoped.skipIf(!hasChromium && !inCi)(
+    "DOC-03 controls are disabled when they cannot act: Cancel turn on an idle session, Send without a message, Create without an id; Cancel is enabled while a turn runs",
+    () =>
+      Effect.gen(function*() {
+        yield* needsChromium
+        const { served } = yield* docServer
+        const browser = yield* launchBrowser
+        const { errors, page } = yield* openInspector(browser, served.url, "idle", 1400, 900)
+        yield* waitForText(page, "#session-summary", "idle")
+        assert.isTrue(yield* inPage(() => page.locator("#cancel").isDisabled()))
+        assert.isTrue(yield* inPage(() => page.locator("#keep-inbox").isDisabled()))
+        assert.include(yield* inPage(() => page.locator("#cancel").getAttribute("title")), "nothing to cancel")
+        assert.isTrue(yield* inPage(() => page.locator("#send").isDisabled()))
+        assert.isTrue(yield* inPage(() => page.locator("#create").isDisabled()))
+        yield* inPage(() => page.fill("#message", "   "))
+        assert.isTrue(yield* inPage(() => page.locator("#send").isDisabled()), "blank text is no message")
+        yield* inPage(() => page.fill("#create-id", "fresh"))
+        yield* inPage(() => page.locator("#create:enabled").waitFor())
+
+        // a running turn can be canceled; once it ended, it cannot
+        yield* inPage(() => page.locator(`#sessions tr[data-session-id="live"]`).click())
+        yield* inPage(() => page.locator("#stream-state.open").waitFor())
+        assert.isTrue(yield* inPage(() => page.locator("#cancel").isDisabled()))
+        yield* inPage(() => page.fill("#message", "Start working"))
+        yield* inPage(() => page.click("#send"))
+        yield* waitForText(page, ".live-delta .text", "Thinking it over")
+        yield* inPage(() => page.locator("#cancel:enabled").waitFor())
+        assert.isTrue(yield* inPage(() => page.locator("#send").isDisabled()), "the sent message was cleared")
+        yield* inPage(() => page.click("#cancel"))
+        yield* waitForText(page, ".turn.end-aborted .turn-end", "aborted")
+        yield* inPage(() => page.locator("#cancel:disabled").waitFor())
+        assert.deepStrictEqual(errors, [])
+      }),
+    120_000
+  )
+
+  it.scoped.skipIf(!hasChromium && !inCi)(
+    "DOC-03 follows the live stream: scrolls to a streaming reply, stays where the reader scrolled away, follows again from the newest-entries button",
+    () =>
+      Effect.gen(function*() {
+        yield* needsChromium
+        const { say, served } = yield* docServer
+        const browser = yield* launchBrowser
+        const { errors, page } = yield* openInspector(browser, served.url, "long", 420, 700)
+        yield* inPage(() => page.locator(`.turn[data-turn="6"].end-completed`).waitFor())
+        // the page is taller than the window, and it opened at the newest entry
+        const height = yield* pageNumber(page, "document.documentElement.scrollHeight")
+        assert.isAbove(height, 2 * 700)
+        yield* waitTimelineEndInView(page)
+
+        // a reply streams: the page scrolls to it (sending from the page follows the stream again,
+        // though clicking Send scrolled the page up to the controls)
+        yield* inPage(() => page.fill("#message", "One more"))
+        yield* inPage(() => page.click("#send"))
+        yield* waitForText(page, ".live-delta .text", "Streaming the seventh reply")
+        yield* waitTimelineEndInView(page)
+        const delta = yield* inPage(() => page.locator(".live-delta").boundingBox())
+        assert.isNotNull(delta)
+        assert.isAtLeast(delta!.y, 0)
+        assert.isAtMost(delta!.y + delta!.height, 700)
+        // the running turn's time bar: its step and its model request still open (hatched)
+        const open = yield* inPage(() =>
+          page.locator(`.turn[data-turn="7"] svg.time-bars rect.bar.open`).evaluateAll((rects) =>
+            rects.map((rect) => rect.getAttribute("data-kind"))
+          )
+        )
+        assert.deepStrictEqual(open, ["step", "model"])
+
+        // the reader scrolls up: new entries do not pull the page down
+        yield* inPage(() => page.evaluate("window.scrollTo(0, 0)"))
+        yield* inPage(() => page.locator("#follow-newest").waitFor({ state: "visible" }))
+        assert.strictEqual((yield* say("long", "Read it twice", "steer")).status, 202)
+        yield* inPage(() => page.locator(".splice .text", { hasText: "Read it twice" }).waitFor({ state: "attached" }))
+        assert.strictEqual(yield* pageNumber(page, "window.scrollY"), 0)
+        assert.isFalse(yield* timelineEndInView(page))
+
+        // the newest-entries button follows again, and so do later entries
+        yield* inPage(() => page.click("#follow-newest"))
+        yield* waitTimelineEndInView(page)
+        yield* inPage(() => page.locator("#follow-newest").waitFor({ state: "hidden" }))
+        assert.strictEqual((yield* say("long", "And summarise", "steer")).status, 202)
+        yield* inPage(() => page.locator(".splice .text", { hasText: "And summarise" }).waitFor())
+        yield* waitTimelineEndInView(page)
+        assert.deepStrictEqual(errors, [])
+      }),
+    120_000
+  )
+})

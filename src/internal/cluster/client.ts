@@ -1,8 +1,9 @@
 /**
  * The cluster client (CLU-01): `SessionGateway` (HTTP-00) over the `AgentEntity`'s RPC client.
- * Ids are validated here (ID-01), so a bad one never reaches the cluster; a send without an id gets
- * one here, before it is persisted, so a redelivery carries the same id; the cluster's own failures
- * become `PersistenceError` (`refailCluster`).
+ * Requests are decoded here by the host gateway's own decoders (`gateway/request.ts`, ARCH-04), so
+ * both gateways refuse bad input alike and a bad one never reaches the cluster; a send without an id
+ * gets one here, before it is persisted, so a redelivery carries the same id; the cluster's own
+ * failures become `PersistenceError` (`refailCluster`).
  *
  * The event stream (EVS-01) is made resumable on this side: the cluster re-sends a stream request
  * whose runner died to the new owner with its original cursor, and a stream ends when its runner
@@ -12,41 +13,25 @@
  * @internal
  */
 import { Sharding } from "@effect/cluster/Sharding"
-import { Array as Arr, Cause, Duration, Effect, Either, Option, Schedule, Stream } from "effect"
+import { Array as Arr, Cause, Duration, Effect, Option, Schedule, Stream } from "effect"
 import type * as Cluster from "../../Cluster.js"
-import * as Message from "../../Message.js"
+import type * as Message from "../../Message.js"
 import type { SessionId } from "../../Message.js"
 import type * as SessionError from "../../SessionError.js"
 import type * as Gateway from "../../SessionGateway.js"
-import { InvalidRequest } from "../../SessionGateway.js"
 import type { RecoverySummary, SessionSummary, UnreadableSession } from "../../SessionPersistence.js"
 import { SessionPersistence } from "../../SessionPersistence.js"
 import { AgentEntity, refailCluster } from "./protocol.js"
+import * as requests from "../gateway/request.js"
 import { listedEntry } from "../gateway/summary.js"
 
 /** How long the client waits before asking again for a stream that ended. */
 const streamAgain = Duration.millis(200)
 
-/** The default page of `list` (as the host gateway's). */
-const DEFAULT_PAGE = 100
-
 /** How many summaries `list` asks for at once. */
 const SUMMARY_CONCURRENCY = 16
 
 type Listed = SessionSummary | RecoverySummary | UnreadableSession
-
-/** The message a send request describes (its id minted when absent), or why it cannot be one. */
-const messageOf = (request: Gateway.SendRequest): Either.Either<Message.UserMessage, InvalidRequest> => {
-  if ((request.text === undefined) === (request.content === undefined)) {
-    return Either.left(new InvalidRequest({ reason: "a message has exactly one of text and content" }))
-  }
-  return Either.right(
-    Message.user(request.text ?? "", {
-      ...(request.id === undefined ? {} : { id: request.id }),
-      ...(request.content === undefined ? {} : { content: request.content })
-    })
-  )
-}
 
 /** @internal */
 export const make = Effect.gen(function*() {
@@ -54,8 +39,12 @@ export const make = Effect.gen(function*() {
   const persistence = yield* SessionPersistence
   const clientFor = yield* AgentEntity.client
 
-  /** The entity's client for a valid SessionId, else `InvalidSessionId`. */
-  const entity = (id: string) => Effect.map(Message.sessionId(id), clientFor)
+  /** The entity's client for an id decoded once here (ARCH-04), else `InvalidSessionId`. */
+  const entity = (id: string) => Effect.map(requests.sessionKey(id), clientFor)
+
+  /** A request to the entity of a decoded id; the cluster's own failures become `PersistenceError`. */
+  const callKey = <A, E>(key: SessionId, request: (client: ReturnType<typeof clientFor>) => Effect.Effect<A, E>) =>
+    refailCluster(request(clientFor(key)))
 
   const call = <A, E>(id: string, request: (client: ReturnType<typeof clientFor>) => Effect.Effect<A, E>) =>
     Effect.flatMap(entity(id), (client) => refailCluster(request(client)))
@@ -89,8 +78,7 @@ export const make = Effect.gen(function*() {
 
   const list = (request?: Gateway.ListRequest | undefined) =>
     Effect.gen(function*() {
-      const limit = request?.limit ?? DEFAULT_PAGE
-      const after = request?.after
+      const { after, limit } = requests.pageOf(request)
       const source: Stream.Stream<Listed, SessionError.PersistenceError> = persistence.summaries ?? persistence.list
       const problems = new Map<string, string>()
       const ids: Array<string> = []
@@ -137,23 +125,26 @@ export const make = Effect.gen(function*() {
 
   // ---------------------------------------------------------------------------------------------
 
+  const sendDecoded = ({ key, message, mode }: requests.Send) =>
+    callKey(key, (client) => client.Send({ message, mode })).pipe(Effect.withSpan("ClusterClient.send"))
+
   const sendMessage = (id: SessionId | string, message: Message.UserMessage, mode?: Gateway.SendMode | undefined) =>
-    call(id, (client) => client.Send({ message, mode: mode ?? "followup" })).pipe(Effect.withSpan("ClusterClient.send"))
+    Effect.flatMap(requests.sessionKey(id), (key) => sendDecoded({ key, message, mode: mode ?? "followup" }))
 
   const shape: Cluster.ClusterClientShape = {
     list,
     summary: (id) => call(id, (client) => client.Summary()),
     create: (id, request) =>
       call(id, (client) => client.Create(request ?? {})).pipe(Effect.withSpan("ClusterClient.create")),
-    send: (id, request) =>
-      Effect.flatMap(messageOf(request), (message) => sendMessage(id, message, request.mode)),
+    send: (id, request) => Effect.flatMap(requests.sendOf(id, request), sendDecoded),
     sendMessage,
-    cancel: (id, request) => call(id, (client) => client.Cancel({ keepInbox: request?.keepInbox ?? false })),
+    cancel: (id, request) =>
+      Effect.flatMap(requests.cancelOf(id, request), ({ keepInbox, key }) =>
+        callKey(key, (client) => client.Cancel({ keepInbox }))),
     fork: (id, request) =>
-      Effect.zipRight(
-        Message.sessionId(request.childId),
-        call(id, (client) => client.Fork(request))
-      ).pipe(Effect.withSpan("ClusterClient.fork")),
+      Effect.flatMap(requests.forkOf(id, request), ({ childId, key, upTo }) =>
+        callKey(key, (client) => client.Fork({ childId, ...(upTo === undefined ? {} : { upTo }) })))
+        .pipe(Effect.withSpan("ClusterClient.fork")),
     dispose: (id) => call(id, (client) => client.Dispose()),
     remove: (id) => call(id, (client) => client.Remove()),
     eventsFrom,

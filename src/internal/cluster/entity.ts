@@ -248,11 +248,11 @@ const enqueue = (cell: Cell, message: UserMessage, mode: Gateway.SendMode) =>
 const fork = (
   runner: Runner,
   id: SessionId,
-  request: { readonly childId: string; readonly upTo?: number | undefined },
+  request: { readonly childId: SessionId; readonly upTo?: number | undefined },
   clientFor: Effect.Effect.Success<typeof AgentEntity.client>
 ) =>
   Effect.gen(function*() {
-    const childId = yield* parseSessionId(request.childId)
+    const childId = request.childId
     const { options, seed } = yield* withAgent(runner, id, (agent) =>
       Effect.map(forkSeed(agent.session, request.upTo), (seed) => ({ options: agent.options, seed })))
     return yield* refailCluster(clientFor(childId).CreateFork({ parent: id, seed, options: definedOptions(options) }))

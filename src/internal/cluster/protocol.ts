@@ -152,7 +152,8 @@ export const AgentEntity = Entity.make("effect-agent/Agent", [
   Rpc.make("WhenIdle", { error: WriteError }),
   Rpc.make("Wake", { error: WriteError }),
   Rpc.make("Fork", {
-    payload: Schema.Struct({ childId: Schema.String, upTo: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }) }),
+    // the child's id crosses the wire as a SessionId, decoded by the client (ARCH-04) and by the wire
+    payload: Schema.Struct({ childId: SessionId, upTo: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }) }),
     success: SessionInfo,
     error: WriteError
   }),

@@ -6,27 +6,25 @@
  * @internal
  */
 import type { Scope } from "effect"
-import { Array as Arr, Deferred, Effect, Either, Exit, Option, Stream } from "effect"
+import { Array as Arr, Deferred, Effect, Exit, Option, Stream } from "effect"
 import type { Agent } from "../../Agent.js"
 import * as AgentError from "../../AgentError.js"
 import { AgentHost } from "../../AgentHost.js"
 import { AgentRegistry } from "../../AgentRegistry.js"
+import type * as Message from "../../Message.js"
 import type { SessionId } from "../../Message.js"
-import * as Message from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
 import type * as Gateway from "../../SessionGateway.js"
-import { InvalidRequest, MessageIdConflict, SessionGateway, sendTarget } from "../../SessionGateway.js"
+import { MessageIdConflict, SessionGateway, sendTarget } from "../../SessionGateway.js"
 import type { RecoverySummary, SessionSummary, UnreadableSession } from "../../SessionPersistence.js"
 import { SessionPersistence } from "../../SessionPersistence.js"
 import type { DurableReader, EventsInto } from "./durableAndLive.js"
 import { durableAndLive, runInto, withEventsInto } from "./durableAndLive.js"
 import * as hostEvents from "../host/events.js"
+import * as requests from "./request.js"
 import * as summary from "./summary.js"
 
 type Listed = SessionSummary | RecoverySummary | UnreadableSession
-
-/** The default and largest page of `list`. */
-const DEFAULT_PAGE = 100
 
 /** A lock per key, made on first use and dropped when its last user leaves. */
 const makeKeyedLock = () => {
@@ -48,23 +46,8 @@ const makeKeyedLock = () => {
     })
 }
 
-const validId = (id: string): Effect.Effect<SessionId, Message.InvalidSessionId> => Message.sessionId(id)
-
-/** The message a send request describes, or why it cannot be one. */
-const messageOf = (request: Gateway.SendRequest): Either.Either<Message.UserMessage, InvalidRequest> => {
-  if ((request.text === undefined) === (request.content === undefined)) {
-    return Either.left(new InvalidRequest({ reason: "a message has exactly one of text and content" }))
-  }
-  if (request.id !== undefined && (request.id.length < 1 || request.id.length > 256)) {
-    return Either.left(new InvalidRequest({ reason: "a message id is 1-256 characters" }))
-  }
-  return Either.right(
-    Message.user(request.text ?? "", {
-      ...(request.id === undefined ? {} : { id: request.id }),
-      ...(request.content === undefined ? {} : { content: request.content })
-    })
-  )
-}
+/** The session a request names, decoded once here (ARCH-04): inward it travels as a `SessionId`. */
+const validId = (id: string): Effect.Effect<SessionId, Message.InvalidSessionId> => requests.sessionKey(id)
 
 /** What the gateway's functions share. */
 interface GatewayState {
@@ -103,10 +86,9 @@ const withAgent = <A, E>(g: GatewayState, id: SessionId, f: (agent: Agent) => Ef
   g.host.use(id, f)
 
 /** `SessionGateway.list` (HTTP-00): a page of the sessions, stored or live, in id order after `after`. */
-const list = (g: GatewayState, request?: Gateway.ListRequest | undefined) =>
+const list = (g: GatewayState, listRequest?: Gateway.ListRequest | undefined) =>
   Effect.gen(function*() {
-    const limit = request?.limit ?? DEFAULT_PAGE
-    const after = request?.after
+    const { after, limit } = requests.pageOf(listRequest)
     const unreadable = new Map<string, string>()
     const ids = new Set<string>()
     if (Option.isSome(g.persistence)) {
@@ -126,7 +108,7 @@ const list = (g: GatewayState, request?: Gateway.ListRequest | undefined) =>
     const sessions = yield* Effect.forEach(page, (id) => entryOf(g, id, unreadable.get(id)), { concurrency: 8 })
     const next = sorted.length > limit ? page[page.length - 1] : undefined
     return {
-      sessions: Arr.getSomes(sessions).map((entry) => summary.listedEntry(entry, request)),
+      sessions: Arr.getSomes(sessions).map((entry) => summary.listedEntry(entry, listRequest)),
       ...(next === undefined ? {} : { next })
     } satisfies Gateway.SessionPage
   }).pipe(Effect.withSpan("SessionGateway.list"))
@@ -187,11 +169,9 @@ const resend = (agent: Agent, message: Message.UserMessage, mode: Gateway.SendMo
     return yield* new MessageIdConflict({ id: agent.id, messageId: message.id })
   })
 
-const send = (g: GatewayState, id: string, request: Gateway.SendRequest) =>
+const send = (g: GatewayState, id: string, sendRequest: Gateway.SendRequest) =>
   Effect.gen(function*() {
-    const key = yield* validId(id)
-    const message = yield* messageOf(request)
-    const mode = request.mode ?? "followup"
+    const { key, message, mode } = yield* requests.sendOf(id, sendRequest)
     return yield* withAgent(g, key, (agent) =>
       agent.send(message, sendTarget(mode)).pipe(
         Effect.as<Gateway.SendReceipt>({ messageId: message.id, duplicate: false }),
@@ -202,10 +182,9 @@ const send = (g: GatewayState, id: string, request: Gateway.SendRequest) =>
       ))
   }).pipe(Effect.withSpan("SessionGateway.send"))
 
-const cancel = (g: GatewayState, id: string, request?: Gateway.CancelRequest | undefined) =>
+const cancel = (g: GatewayState, id: string, cancelRequest?: Gateway.CancelRequest | undefined) =>
   Effect.gen(function*() {
-    const key = yield* validId(id)
-    const keepInbox = request?.keepInbox ?? false
+    const { keepInbox, key } = yield* requests.cancelOf(id, cancelRequest)
     const live = yield* liveAgent(g, key)
     if (Option.isNone(live)) {
       // nothing runs; only pending input to cancel needs the agent
@@ -215,10 +194,9 @@ const cancel = (g: GatewayState, id: string, request?: Gateway.CancelRequest | u
     yield* withAgent(g, key, (agent) => agent.cancel({ kind: "user" }, { keepInbox }))
   }).pipe(Effect.withSpan("SessionGateway.cancel"))
 
-const fork = (g: GatewayState, id: string, request: Gateway.ForkRequest) =>
+const fork = (g: GatewayState, id: string, forkRequest: Gateway.ForkRequest) =>
   Effect.gen(function*() {
-    const key = yield* validId(id)
-    const childId = yield* validId(request.childId)
+    const { childId, key, upTo } = yield* requests.forkOf(id, forkRequest)
     return yield* g.exclusive(
       childId,
       Effect.gen(function*() {
@@ -231,7 +209,7 @@ const fork = (g: GatewayState, id: string, request: Gateway.ForkRequest) =>
         yield* withAgent(g, key, (source) =>
           g.host.get(childId, {
             options: source.options,
-            fork: { from: source.session, ...(request.upTo === undefined ? {} : { upTo: request.upTo }) }
+            fork: { from: source.session, ...(upTo === undefined ? {} : { upTo }) }
           }))
         return yield* summaryOf(g, childId)
       })

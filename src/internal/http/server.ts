@@ -283,10 +283,19 @@ const guard = (settings: Settings) => (app: HttpApp.Default): HttpApp.Default<In
 const authenticationLayer = (settings: Settings) =>
   Layer.succeed(Authentication, Authentication.of({ bearer: () => auth.principalOfRequest(settings) }))
 
-/** Refuses (403) unless the callback allows `action` on the session; an invalid id is a 400 first. */
-const allow = (settings: Settings, rawId: string | undefined, action: HttpApi.Action) =>
+/** Refuses (403) unless the callback allows `action` on the sessions (the listing: no session). */
+const allowList = (settings: Settings) =>
+  settings.authorize === undefined
+    ? Effect.void
+    : Effect.flatMap(CurrentPrincipal, (principal) => auth.authorize(settings, principal, undefined, "list"))
+
+/**
+ * The session of a route, decoded once here where it enters (ARCH-04: an invalid id is a 400 first)
+ * and passed inward as a `SessionId`; then refused (403) unless the callback allows `action` on it.
+ */
+const allow = (settings: Settings, rawId: string, action: HttpApi.Action) =>
   Effect.gen(function*() {
-    const sessionId = rawId === undefined ? undefined : yield* Message.sessionId(rawId)
+    const sessionId = yield* Message.sessionId(rawId)
     if (settings.authorize === undefined) return sessionId
     yield* auth.authorize(settings, yield* CurrentPrincipal, sessionId, action)
     return sessionId
@@ -394,7 +403,7 @@ const sessionsLayer = (settings: Settings) =>
       return handlers
         .handle("list", ({ urlParams }) =>
           Effect.gen(function*() {
-            yield* allow(settings, undefined, "list")
+            yield* allowList(settings)
             const includeMeta = urlParams.include === "meta"
             const page = yield* gateway.list({
               ...(urlParams.limit === undefined ? {} : { limit: urlParams.limit }),
@@ -406,38 +415,38 @@ const sessionsLayer = (settings: Settings) =>
           }))
         .handle("create", ({ path, payload }) =>
           Effect.gen(function*() {
-            yield* allow(settings, path.id, "create")
-            const result = yield* gateway.create(path.id, payload)
+            const id = yield* allow(settings, path.id, "create")
+            const result = yield* gateway.create(id, payload)
             // 201 and 200 carry the same body, which the success union cannot tell apart
             return result.created
               ? yield* HttpServerResponse.json(yield* encodeInfo(result.session), { status: 201 }).pipe(Effect.orDie)
               : result.session
           }))
-        .handle("get", ({ path }) => Effect.zipRight(allow(settings, path.id, "read"), gateway.summary(path.id)))
+        .handle("get", ({ path }) => Effect.flatMap(allow(settings, path.id, "read"), (id) => gateway.summary(id)))
         .handle("send", ({ path, payload }) =>
-          Effect.zipRight(allow(settings, path.id, "send"), gateway.send(path.id, payload)))
+          Effect.flatMap(allow(settings, path.id, "send"), (id) => gateway.send(id, payload)))
         .handle("cancel", ({ path, payload }) =>
-          Effect.zipRight(allow(settings, path.id, "cancel"), gateway.cancel(path.id, payload)))
+          Effect.flatMap(allow(settings, path.id, "cancel"), (id) => gateway.cancel(id, payload)))
         .handle("fork", ({ path, payload }) =>
           Effect.gen(function*() {
-            yield* allow(settings, path.id, "fork")
-            yield* allow(settings, payload.childId, "create")
-            return yield* gateway.fork(path.id, payload)
+            const id = yield* allow(settings, path.id, "fork")
+            const childId = yield* allow(settings, payload.childId, "create")
+            return yield* gateway.fork(id, { ...payload, childId })
           }))
         .handle("dispose", ({ path, urlParams }) =>
           urlParams.remove === true
-            ? Effect.zipRight(allow(settings, path.id, "remove"), gateway.remove(path.id))
-            : Effect.zipRight(allow(settings, path.id, "dispose"), gateway.dispose(path.id)))
+            ? Effect.flatMap(allow(settings, path.id, "remove"), (id) => gateway.remove(id))
+            : Effect.flatMap(allow(settings, path.id, "dispose"), (id) => gateway.dispose(id)))
         .handleRaw("events", ({ path, request, urlParams }) =>
           Effect.gen(function*() {
-            const id: SessionId | undefined = yield* allow(settings, path.id, "events")
+            const id: SessionId = yield* allow(settings, path.id, "events")
             const from = yield* cursorOf(request.headers["last-event-id"], urlParams.from)
             // checked before the response starts, so a bad request is a problem, not a broken stream
-            const info = yield* gateway.summary(path.id)
+            const info = yield* gateway.summary(id)
             if (from > info.eventCount) {
-              return yield* new SessionError.InvalidEventCursor({ id: id ?? path.id, seq: from, length: info.eventCount })
+              return yield* new SessionError.InvalidEventCursor({ id, seq: from, length: info.eventCount })
             }
-            return HttpServerResponse.stream(eventStream(eventsInto(gateway), path.id, from, settings, closing), {
+            return HttpServerResponse.stream(eventStream(eventsInto(gateway), id, from, settings, closing), {
               contentType: "text/event-stream",
               headers: { "cache-control": "no-cache", "x-accel-buffering": "no", connection: "close" }
             })

@@ -27,7 +27,12 @@ const coreDataSchemas: { readonly [T in SessionEvent.CoreType]: Schema.Schema<an
   "tool/result": SessionEvent.ToolResultLogged.fields.data,
   "turn/end": SessionEvent.TurnEnd.fields.data,
   "request/config": SessionEvent.RequestConfig.fields.data,
-  "session/compacted": SessionEvent.SessionCompacted.fields.data
+  "session/compacted": SessionEvent.SessionCompacted.fields.data,
+  "tool/approval-requested": SessionEvent.ApprovalRequested.fields.data,
+  "tool/approval-decided": SessionEvent.ApprovalDecided.fields.data,
+  "tool/input-requested": SessionEvent.InputRequested.fields.data,
+  "tool/input-provided": SessionEvent.InputProvided.fields.data,
+  "tool/child": SessionEvent.ToolChild.fields.data
 }
 
 const coreDataDecoders = Object.fromEntries(
@@ -403,6 +408,13 @@ const isCoreData = (type: SessionEvent.CoreType, d: unknown): boolean => {
     case "session/compacted":
       // CMP-01 (format v2)
       return isNat(d.upTo) && isString(d.summary) && isUsage(d.usage) && keyCount(d) === 3
+    // the rarer v3 events (approvals, questions, children) are left to the Schema decoders
+    case "tool/approval-requested":
+    case "tool/approval-decided":
+    case "tool/input-requested":
+    case "tool/input-provided":
+    case "tool/child":
+      return false
   }
 }
 

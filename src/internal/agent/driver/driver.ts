@@ -18,7 +18,8 @@ import type { UserMessage } from "../../../Message.js"
 import type * as SessionError from "../../../SessionError.js"
 import type { CancelCause, InboxTarget } from "../../../SessionEvent.js"
 import type { DriverDeps } from "./state.js"
-import { DriverState } from "./state.js"
+import { DriverState, unusable } from "./state.js"
+import type { SessionCore } from "../../log/session.js"
 import * as compaction from "../compaction.js"
 import * as turnOptions from "./turnOptions.js"
 import * as verbs from "./verbs.js"
@@ -40,6 +41,12 @@ export interface Driver {
     cause: CancelCause,
     options?: { readonly keepInbox?: boolean | undefined }
   ) => Effect.Effect<void, SessionError.SessionAppendError>
+  /** APP-01: cancels turn `turn` if it is the open one (keeping the inbox and the latch of what is pending). */
+  readonly cancelTurn: (turn: number) => Effect.Effect<void, SessionError.SessionAppendError>
+  /** APP-01: why the agent takes no input now (disposing or broken), if so. */
+  readonly unusable: () => AgentError.AgentInactive | AgentError.AgentBroken | undefined
+  /** The agent's session core: its log and turn bookkeeping, read synchronously (APP-01). */
+  readonly sessionCore: SessionCore
   readonly whenIdle: Effect.Effect<void>
   readonly runMaintenance: <A, E, R>(
     task: Effect.Effect<A, E, R>
@@ -97,6 +104,15 @@ class DriverHandle implements Driver {
   }
   cancel(cause: CancelCause, options?: { readonly keepInbox?: boolean | undefined }) {
     return verbs.cancel(this.state, cause, options)
+  }
+  cancelTurn(turn: number) {
+    return verbs.cancelTurn(this.state, turn)
+  }
+  unusable() {
+    return unusable(this.state)
+  }
+  get sessionCore() {
+    return this.state.sessionCore
   }
   get whenIdle() {
     return verbs.whenIdle(this.state)

@@ -16,6 +16,7 @@ import type { ModelRequest, ToolSchema } from "../../../Model.js"
 import type { CoreEventInput, TurnEndReason } from "../../../SessionEvent.js"
 import type * as Tool from "../../../Tool.js"
 import * as compaction from "../compaction.js"
+import * as run from "../run.js"
 import * as observability from "../../observability.js"
 import { closers, streamedContent } from "./closers.js"
 import { assistantMessage, closerMirrors } from "./liveEvents.js"
@@ -379,6 +380,12 @@ const turnEndAttributes = (ctx: TurnContext, span: Tracer.Span, reason: TurnEndR
   if (reason.kind === "aborted") span.attribute(observability.attr.errorType, `aborted:${reason.cause.kind}`)
 }
 
+/** APP-03: a turn error nobody receives is one Warning line, so a failing app does not fail silently. */
+const logTurnError = (id: string, turn: number, error: { readonly message: string; readonly code: string }) =>
+  Effect.logWarning(
+    `effect-agent: turn ${turn} of agent ${JSON.stringify(id)} ended with an error (${error.code}): ${error.message}`
+  ).pipe(Effect.annotateLogs({ sessionId: id, turn, code: error.code }))
+
 /** The turn, from its `TurnStarted` to its `TurnEnded` (see `runTurn`). */
 const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined) =>
   Effect.gen(function*() {
@@ -417,6 +424,9 @@ const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined
     if (mirrors.length > 0) yield* Effect.forEach(mirrors, deps.emit, { discard: true })
     if (reason.kind === "error") {
       yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))
+      if (deps.options.logTurnErrors !== false && !run.isReceived(state.sessionCore, turn)) {
+        yield* logTurnError(deps.id, turn, reason.error)
+      }
     }
     const turnEnd = written.value[written.value.length - 1]!
     yield* deps.emit(AgentEvent.TurnEnded({ agent: deps.id, turn, reason, seq: turnEnd.seq }))

@@ -121,11 +121,12 @@ interface CancelCall {
  * applies to the activity that transition leaves, the moment it sets the phase. Nothing waits for a
  * lock, so no send that comes later can get ahead of the cancel, and none is discarded by it.
  */
-const callCancel = (state: DriverState, cause: CancelCause, keepInbox: boolean): CancelCall => {
+const callCancel = (state: DriverState, cause: CancelCause, keepInbox: boolean, keepLatch: boolean): CancelCall => {
   const inbox = state.deps.inbox
-  const mark = inbox.mark()
+  // APP-01: a cancel of one turn keeps the latch of the input pending at its call (mark 0: all of it)
+  const mark = keepLatch ? 0 : inbox.mark()
   // a wake latched by the creation's own hooks is reset like any other latch (PUB-11)
-  state.latchedWake = false
+  if (!keepLatch) state.latchedWake = false
   const phase = state.phase
   const current = phase._tag === "Idle" ? undefined : phase.activity
   if (current !== undefined) applyCancel(current, cause, mark)
@@ -154,12 +155,15 @@ const callCancel = (state: DriverState, cause: CancelCause, keepInbox: boolean):
 export const cancel = (
   state: DriverState,
   cause: CancelCause,
-  options?: { readonly keepInbox?: boolean | undefined }
+  options?: { readonly keepInbox?: boolean | undefined },
+  onlyTurn?: number | undefined
 ): Effect.Effect<void, SessionError.SessionAppendError> =>
   Effect.uninterruptibleMask((restore) =>
     Effect.suspend(() => {
       if (state.disposing && cause.kind !== "disposed") return Effect.void
-      const call = callCancel(state, cause, options?.keepInbox === true)
+      // APP-01: a cancel of one turn applies only while that turn is the open one, in this same step
+      if (onlyTurn !== undefined && state.sessionCore.openTurn() !== onlyTurn) return Effect.void
+      const call = callCancel(state, cause, options?.keepInbox === true, onlyTurn !== undefined)
       return Effect.gen(function*() {
         const cleared = call.discard === undefined ? Exit.void : yield* Effect.exit(call.discard)
         if (call.current !== undefined) yield* interruptActivity(call.current)
@@ -175,6 +179,16 @@ export const cancel = (
       })
     })
   )
+
+/**
+ * APP-01 (`cancelOnInterrupt`): cancels turn `turn` when it is the open one at the call, keeping the
+ * inbox; the waking input pending at the call stays latched, so the turns queued behind it still
+ * run once it has converged. A no-op when another turn (or none) is open.
+ *
+ * @internal
+ */
+export const cancelTurn = (state: DriverState, turn: number): Effect.Effect<void, SessionError.SessionAppendError> =>
+  cancel(state, { kind: "user" }, { keepInbox: true }, turn)
 
 const whenIdleFromOwnActivity = (state: DriverState) =>
   Effect.dieMessage(

@@ -23,6 +23,8 @@ import * as fiberModule from "../../fiber.js"
 import * as internalHooks from "../hooks.js"
 import * as internalInbox from "../inbox.js"
 import * as internalTools from "../tools.js"
+import * as run from "../run.js"
+import { user } from "../../../Message.js"
 import type { Build, Loop } from "./state.js"
 import { agentScopeOf, publishingRef } from "./state.js"
 
@@ -233,6 +235,24 @@ class LiveAgent implements Agent {
   get whenIdle() {
     return this[driverKey].whenIdle
   }
+  /** APP-01 (internal/agent/run.ts); verbs made when read, so an agent that never runs holds none (B2). */
+  get run(): Agent["run"] {
+    const deps = runDepsOf(this)
+    return (message, runOptions) =>
+      run.run(
+        deps,
+        typeof message === "string" ? user(message, { id: runOptions?.messageId }) : message,
+        runOptions?.cancelOnInterrupt === true
+      )
+  }
+  get turnResult(): Agent["turnResult"] {
+    const deps = runDepsOf(this)
+    return (turn) => run.resultOf(deps, turn)
+  }
+  get awaitTurn(): Agent["awaitTurn"] {
+    const deps = runDepsOf(this)
+    return (turn) => run.awaitTurn(deps, turn)
+  }
   get tools() {
     return toolsOf(this[buildKey])
   }
@@ -240,6 +260,14 @@ class LiveAgent implements Agent {
     return hooksOf(this[buildKey])
   }
 }
+
+/** What a run needs of a live agent (or of a view of one, HOST-02). */
+const runDepsOf = (agent: LiveAgent): run.RunDeps => ({
+  id: agent.id,
+  driver: agent[driverKey],
+  feed: agent[feedKey],
+  inbox: agent.inbox
+})
 
 /** What `setup` sees (PUB step 3): registration, spawning and the inbox, not the verbs. */
 const setupViewOf = (
