@@ -18,7 +18,7 @@ import type { Session } from "./Session.js"
 import type { SessionAppendError } from "./SessionError.js"
 import type { CancelCause, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
 import type { LoopHooksShape, ToolRegistryShape } from "./Tool.js"
-import type { TurnResult } from "./TurnResult.js"
+import type { TurnResult, TypedTurnResult } from "./TurnResult.js"
 
 /**
  * How an agent talks to its model.
@@ -185,7 +185,7 @@ export interface SendOptions {
  * @since 0.3.0
  * @category options
  */
-export interface RunOptions {
+export interface RunOptions extends Pick<SendOptions, "settings" | "output"> {
   /**
    * The id of a message given as text (else a fresh one is minted); a `UserMessage` keeps its own.
    * A `MessageId` the session accepted before fails `DuplicateMessage`, as `send` does.
@@ -293,10 +293,17 @@ export interface Agent {
    *
    * @since 0.3.0
    */
-  readonly run: (
-    message: UserMessage | string,
-    options?: RunOptions | undefined
-  ) => Effect.Effect<TurnResult, AgentError.RunError>
+  readonly run: {
+    /**
+     * OUT-01: with `output`, the turn's answer is decoded with that Schema: `result.output` is its
+     * value (an answer that never decodes ends the turn `error {code: "OUTPUT_INVALID"}`, OUT-02).
+     */
+    <A, I>(
+      message: UserMessage | string,
+      options: RunOptions & { readonly output: Schema.Schema<A, I, never> }
+    ): Effect.Effect<TypedTurnResult<A>, AgentError.RunError>
+    (message: UserMessage | string, options?: RunOptions | undefined): Effect.Effect<TurnResult, AgentError.RunError>
+  }
   /**
    * The result of turn `turn`, derived from the log (APP-01): the same value `run` returned for it,
    * also after a restart; `None` while it runs or when there is no such turn.

@@ -146,6 +146,30 @@ describe("OUT-01/02 typed output", () => {
       }).pipe(Effect.provide(context))
     }))
 
+  it.scoped("OUT-01 APP-01 run(m, {output}) gives the decoded, typed output; turnResult reads it back; OUTPUT_INVALID fails TurnFailed", () =>
+    Effect.gen(function*() {
+      const context = yield* runtimeWith(Model.layerScripted([
+        Model.text("{\"spam\": true, \"reason\": \"offer\"}"),
+        Model.text("prose"),
+        Model.text("still prose")
+      ]))
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const { agent } = yield* registry.create({ sessionId: "r", options: { ...options, outputRetries: 1 } })
+        const result = yield* agent.run("classify", { output: Verdict, settings: { temperature: 0 } })
+        const spam: boolean = result.output.spam
+        assert.isTrue(spam)
+        assert.deepStrictEqual(result.output, { spam: true, reason: "offer" })
+        const again = yield* agent.turnResult(result.turn)
+        assert.deepStrictEqual(again._tag === "Some" ? again.value.output : undefined, { spam: true, reason: "offer" })
+        const failed = yield* Effect.flip(agent.run("classify again", { output: Verdict }))
+        assert.instanceOf(failed, AgentError.TurnFailed)
+        if (failed._tag !== "TurnFailed") return
+        assert.strictEqual(failed.reason.kind === "error" ? failed.reason.error.code : failed.reason.kind, "OUTPUT_INVALID")
+        assert.isUndefined(failed.partial.output)
+      }).pipe(Effect.provide(context))
+    }))
+
   it.scoped("OUT-01 an output without a JSON Schema or a bad outputRetries is refused with InvalidAgentOptions", () =>
     Effect.gen(function*() {
       const context = yield* runtimeWith(Model.layerScripted([]))

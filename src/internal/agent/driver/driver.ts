@@ -30,6 +30,8 @@ export type { DriverDeps } from "./state.js"
 export interface Driver {
   readonly status: Effect.Effect<AgentStatus>
   readonly send: (message: UserMessage, target: InboxTarget, wake: boolean) => Effect.Effect<void, AgentError.SendError>
+  /** OUT-01: the agent's own output format (its options', else its log's) and the Schema that decodes it. */
+  readonly agentOutput: () => ReturnType<typeof turnOptions.agentOutput>
   /** APP-04, OUT-01: `send` of a message with its turn's own `settings` and `output` stored on it. */
   readonly sendWith: (
     message: UserMessage,
@@ -93,6 +95,9 @@ class DriverHandle implements Driver {
   }
   send(message: UserMessage, target: InboxTarget, wake: boolean) {
     return verbs.send(this.state, message, target, wake)
+  }
+  agentOutput() {
+    return turnOptions.agentOutput(this.state)
   }
   sendWith(message: UserMessage, target: InboxTarget, wake: boolean, options: Pick<SendOptions, "settings" | "output">) {
     const state = this.state

@@ -6,7 +6,7 @@
  * @internal
  */
 import { Data, Effect, FiberRef, Option, Scope, Stream } from "effect"
-import type { Agent, AgentHandle, AgentOptions, AgentSetup, SendOptions, SpawnOptions } from "../../../Agent.js"
+import type { Agent, AgentHandle, AgentOptions, AgentSetup, RunOptions, SendOptions, SpawnOptions } from "../../../Agent.js"
 import * as AgentError from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
 import type { AgentPublisher } from "../../../AgentRegistry.js"
@@ -238,12 +238,15 @@ class LiveAgent implements Agent {
   /** APP-01 (internal/agent/run.ts); verbs made when read, so an agent that never runs holds none (B2). */
   get run(): Agent["run"] {
     const deps = runDepsOf(this)
-    return (message, runOptions) =>
+    // one implementation for both signatures: a completed run with `output` has it decoded (OUT-01)
+    const runOf = (message: Message.UserMessage | string, runOptions?: RunOptions | undefined) =>
       run.run(
         deps,
         typeof message === "string" ? user(message, { id: runOptions?.messageId }) : message,
-        runOptions?.cancelOnInterrupt === true
+        runOptions?.cancelOnInterrupt === true,
+        runOptions
       )
+    return runOf as Agent["run"]
   }
   get turnResult(): Agent["turnResult"] {
     const deps = runDepsOf(this)
