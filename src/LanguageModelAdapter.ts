@@ -44,7 +44,8 @@ import { Model } from "./Model.js"
 import type { ModelSettings } from "./ModelSettings.js"
 
 /**
- * The per-request settings our wire models read: the request's `model` and `maxTokens` (MOD-01).
+ * The per-request settings our wire models read: the request's `model` and `maxTokens` (MOD-01),
+ * its model settings (APP-04) and typed output (OUT-01).
  * The adapter provides them to every request; provide them yourself to call {@link openAi}'s or
  * {@link anthropic}'s `LanguageModel` directly with another model than its default.
  *
