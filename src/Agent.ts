@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import type { Context, Option, Scope, Stream } from "effect"
+import type { Context, Option, Schema, Scope, Stream } from "effect"
 import { Effect, Layer } from "effect"
 import { AgentRegistry } from "./AgentRegistry.js"
 import type * as AgentError from "./AgentError.js"
@@ -13,12 +13,13 @@ import type { AgentEvent, AgentStatus } from "./AgentEvent.js"
 import type * as Compaction from "./Compaction.js"
 import type { Inbox } from "./Inbox.js"
 import type { SessionId, UserMessage } from "./Message.js"
+import type { ModelSettings } from "./ModelSettings.js"
 import type { Session } from "./Session.js"
 import type { SessionAppendError } from "./SessionError.js"
 import type { CancelCause, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
 import type { LoopHooksShape, ToolRegistryShape } from "./Tool.js"
 import type { TurnPart } from "./TurnPart.js"
-import type { TurnResult } from "./TurnResult.js"
+import type { TurnResult, TypedTurnResult } from "./TurnResult.js"
 
 /**
  * How an agent talks to its model.
@@ -61,6 +62,31 @@ export interface AgentOptions {
    * @since 0.2.0
    */
   readonly compaction?: Compaction.Policy | undefined
+  /**
+   * APP-04: model settings for every request (see `ModelSettings.ModelSettings`), validated with
+   * the other options and, when the model can judge them, refused at create if the provider cannot
+   * take one (`InvalidAgentOptions`, never dropped). Stored in `request/config`; a resume without
+   * them keeps the stored ones. `maxOutputTokens` and `maxTokens` are one value (set one, or both
+   * equal). A message's own settings (`send(m, { settings })`) go over these for its turn.
+   *
+   * @since 0.3.0
+   */
+  readonly settings?: ModelSettings | undefined
+  /**
+   * OUT-01: every turn's final answer is JSON decoded with this Schema (its JSON Schema goes in the
+   * request, named by its `identifier` annotation or `"output"`). A resume without it keeps the
+   * stored JSON Schema and checks only that answers are JSON.
+   *
+   * @since 0.3.0
+   */
+  readonly output?: Schema.Schema<any, any, never> | undefined
+  /**
+   * OUT-02: how many correction steps a turn may take when its answer does not decode; then it ends
+   * `error {code: "OUTPUT_INVALID"}`. An integer >= 0; default 2.
+   *
+   * @since 0.3.0
+   */
+  readonly outputRetries?: number | undefined
 }
 
 /**
@@ -135,6 +161,23 @@ export interface SendOptions {
   readonly target?: InboxTarget | undefined
   /** Default `true`. */
   readonly wake?: boolean | undefined
+  /**
+   * APP-04: model settings for the turn this message enters, over the agent's (field by field);
+   * stored with the message, so they still apply after a restart, and logged as a `request/config`
+   * for that turn only. Refused with `InvalidAgentOptions` (nothing is written) when invalid or
+   * when the agent's provider cannot take one.
+   *
+   * @since 0.3.0
+   */
+  readonly settings?: ModelSettings | undefined
+  /**
+   * OUT-01: the typed output of the turn this message enters, over the agent's `output`. Its JSON
+   * Schema is stored with the message; the Schema itself decodes the answer while this process
+   * lives (after a restart only the JSON is checked).
+   *
+   * @since 0.3.0
+   */
+  readonly output?: Schema.Schema<any, any, never> | undefined
 }
 
 /**
@@ -143,7 +186,7 @@ export interface SendOptions {
  * @since 0.3.0
  * @category options
  */
-export interface RunOptions {
+export interface RunOptions extends Pick<SendOptions, "settings" | "output"> {
   /**
    * The id of a message given as text (else a fresh one is minted); a `UserMessage` keeps its own.
    * A `MessageId` the session accepted before fails `DuplicateMessage`, as `send` does.
@@ -213,8 +256,11 @@ export interface Agent {
      */
     (message: UserMessage, target: InboxTarget, wake: boolean): Effect.Effect<void, AgentError.SendError>
   }
-  /** next-turn, wakes. */
-  readonly followup: (message: UserMessage) => Effect.Effect<void, AgentError.SendError>
+  /** next-turn, wakes; `options` may carry the turn's own `settings` and `output` (APP-04, OUT-01). */
+  readonly followup: (
+    message: UserMessage,
+    options?: Pick<SendOptions, "settings" | "output"> | undefined
+  ) => Effect.Effect<void, AgentError.SendError>
   /** next-step, wakes. */
   readonly steer: (message: UserMessage) => Effect.Effect<void, AgentError.SendError>
   /** next-step, never wakes. */
@@ -248,10 +294,17 @@ export interface Agent {
    *
    * @since 0.3.0
    */
-  readonly run: (
-    message: UserMessage | string,
-    options?: RunOptions | undefined
-  ) => Effect.Effect<TurnResult, AgentError.RunError>
+  readonly run: {
+    /**
+     * OUT-01: with `output`, the turn's answer is decoded with that Schema: `result.output` is its
+     * value (an answer that never decodes ends the turn `error {code: "OUTPUT_INVALID"}`, OUT-02).
+     */
+    <A, I>(
+      message: UserMessage | string,
+      options: RunOptions & { readonly output: Schema.Schema<A, I, never> }
+    ): Effect.Effect<TypedTurnResult<A>, AgentError.RunError>
+    (message: UserMessage | string, options?: RunOptions | undefined): Effect.Effect<TurnResult, AgentError.RunError>
+  }
   /**
    * `run` as a stream of the claiming turn's parts (APP-02): `TextDelta`, `ReasoningDelta`,
    * `ToolCallStarted`, `ToolCallFinished`, `Retry`, `StepFinished` and, last, `TurnFinished` with

@@ -463,13 +463,15 @@ export type ResumeError =
   | SessionError.PersistenceError
 
 /**
- * What a send (`followup`, `steer`, `inject`, `send`) can fail with.
+ * What a send (`followup`, `steer`, `inject`, `send`) can fail with: `InvalidAgentOptions` when the
+ * message's own `settings` or `output` are invalid or its provider cannot take one (APP-04).
  *
  * @since 0.1.0
  * @category errors
  */
 export type SendError =
   | DuplicateMessage
+  | InvalidAgentOptions
   | SessionError.InvalidEventData
   | AgentInactive
   | AgentBroken

@@ -38,10 +38,14 @@ import * as providerHttp from "./internal/model/providerHttp.js"
 import * as providerOutput from "./internal/model/providerOutput.js"
 import { collectParts, PartsSink, sseStream } from "./internal/model/wireParts.js"
 import type { ReplySink, SseReply, WireOptions } from "./internal/model/wireParts.js"
+import { anthropicRefusal, asModelSettings, openAiRefusal } from "./internal/model/wireSettings.js"
+import type { Refusal, WireRequestSettings } from "./internal/model/wireSettings.js"
 import { Model } from "./Model.js"
+import type { ModelSettings } from "./ModelSettings.js"
 
 /**
- * The per-request settings our wire models read: the request's `model` and `maxTokens` (MOD-01).
+ * The per-request settings our wire models read: the request's `model` and `maxTokens` (MOD-01),
+ * its model settings (APP-04) and typed output (OUT-01).
  * The adapter provides them to every request; provide them yourself to call {@link openAi}'s or
  * {@link anthropic}'s `LanguageModel` directly with another model than its default.
  *
@@ -92,6 +96,16 @@ export interface AdapterOptions {
    * @since 0.3.0
    */
   readonly maxRetryDelay?: Duration.DurationInput | undefined
+  /**
+   * APP-04, for {@link make} and {@link layer}: whether the `LanguageModel` reads the model settings
+   * from {@link RequestSettings}, as ours do. Default `false`: a provider package's model takes its
+   * sampling settings from its own layer, so only `toolChoice` (which `@effect/ai` carries) and
+   * `maxOutputTokens` are accepted, and an agent asking for another setting is refused at create
+   * (`InvalidAgentOptions`) rather than having it silently ignored.
+   *
+   * @since 0.3.0
+   */
+  readonly readsRequestSettings?: boolean | undefined
 }
 
 const timeoutsOf = (options: AdapterOptions | undefined): Timeouts => ({
@@ -105,6 +119,12 @@ const limitsOf = (
 ): Effect.Effect<providerOutput.Limits, ConfigError.ConfigError> => {
   const limits = providerOutput.limitsOf(options ?? {})
   return typeof limits === "string" ? Effect.fail(ConfigError.InvalidData([], limits)) : Effect.succeed(limits)
+}
+
+/** APP-04: `validateSettings` over a protocol's refusals (PKG-06's shape: `RouteRefused` with the reason). */
+const settingsValidator = (refusal: Refusal) => (provider: string, model: string, settings: ModelSettings) => {
+  const refused = refusal(settings)
+  return refused === undefined ? Effect.void : Effect.fail(new RouteRefused({ provider, model, reason: refused }))
 }
 
 const validatorOf = (models: ReadonlyArray<string> | undefined) =>
@@ -147,8 +167,16 @@ const makeWith = (
   const timeouts = timeoutsOf(options)
   return Model.of({
     stream: (request) => adapter.streamOf(model, request, timeouts, limits),
-    ...validatorOf(options?.models)
+    ...validatorOf(options?.models),
+    validateSettings: settingsValidator(options?.readsRequestSettings === true ? () => undefined : foreignRefusal)
   })
+}
+
+/** APP-04: what a provider package's `LanguageModel` cannot be handed per request. */
+const foreignRefusal: Refusal = (settings) => {
+  const unsent = Object.keys(settings).filter((name) => name !== "toolChoice" && name !== "maxOutputTokens")
+  return unsent.length === 0 ? undefined : `this LanguageModel takes ${unsent.join(", ")} from its own layer, not per ` +
+    "request: set them there, or pass readsRequestSettings: true when it reads LanguageModelAdapter.RequestSettings"
 }
 
 /**
@@ -188,17 +216,23 @@ interface WireConfig {
 const toAiError = (method: string) => (error: ModelError): AiError.AiError =>
   new AiError.UnknownError({ module: "effect-agent/LanguageModelAdapter", method, description: error.message, cause: error })
 
-/** One wire protocol: the JSON body of a request, and the state of one streamed reply. */
+/**
+ * One wire protocol: the JSON body of a request, the state of one streamed reply, and the settings
+ * it cannot take (APP-04).
+ */
 interface WireProtocol {
-  readonly body: (options: WireOptions, model: string, maxTokens: number | undefined) => unknown
-  readonly reply: (provider: string, budget: providerOutput.OutputBudget) => SseReply
+  readonly body: (options: WireOptions, request: WireRequestSettings) => unknown
+  readonly reply: (provider: string, budget: providerOutput.OutputBudget, request: WireRequestSettings) => SseReply
+  readonly refusal: Refusal
 }
 
-/** One streaming request over a wire protocol (its model and token limit), built by the caller's sink. */
+/** What a request asks beyond its prompt: its model (else the config's), token limit, settings and output. */
+type RequestedSettings = Omit<WireRequestSettings, "model"> & { readonly model?: string | undefined }
+
+/** One streaming request over a wire protocol, built by the caller's sink. */
 type WireRequest = <B>(
   options: WireOptions,
-  model: string | undefined,
-  maxTokens: number | undefined,
+  requested: RequestedSettings,
   sink: () => ReplySink<B>,
   watch?: RequestWatch | undefined
 ) => Stream.Stream<B, ModelError>
@@ -210,8 +244,8 @@ const wireRequest = (
   Effect.map(Client.HttpClient, (client): WireRequest => {
     const dropped = providerHttp.droppedMidStream(config.provider, config.secret)
     const redact = providerHttp.redactError(config.secret)
-    return (options, requested, maxTokens, sink, watch) => {
-      const model = requested ?? config.model
+    return (options, requested, sink, watch) => {
+      const model = requested.model ?? config.model
       if (model === undefined) {
         return Stream.fail(
           new ModelError({
@@ -220,17 +254,23 @@ const wireRequest = (
           })
         )
       }
+      const request: WireRequestSettings = { ...requested, model }
+      // APP-04: a stored setting the provider cannot take (resume never refuses) fails the request
+      const refused = protocol.refusal(asModelSettings(request))
+      if (refused !== undefined) {
+        return Stream.fail(new ModelError({ code: "BAD_REQUEST", reason: `${config.provider}: ${refused}` }))
+      }
       const open = providerHttp.postEventStream(client, {
         provider: config.provider,
         url: config.url,
         headers: config.headers,
         secret: config.secret,
-        body: protocol.body(options, model, maxTokens),
+        body: protocol.body(options, request),
         maxRetryDelay: config.limits.maxRetryDelay
       }, watch)
       return sseStream(
         { provider: config.provider, maxEventBytes: config.limits.maxEventBytes, open, dropped, redact, watch },
-        (budget) => protocol.reply(config.provider, budget),
+        (budget) => protocol.reply(config.provider, budget, request),
         sink
       )
     }
@@ -244,12 +284,7 @@ const wireModel = (
   Effect.flatMap(wireRequest(config, protocol), (request) => {
     const stream = (options: LanguageModel.ProviderOptions): Stream.Stream<Response.StreamPartEncoded, ModelError> =>
       Stream.unwrap(Effect.map(Effect.serviceOption(adapter.RequestSettings), (settings) =>
-        request(
-          options,
-          Option.getOrUndefined(settings)?.model,
-          Option.getOrUndefined(settings)?.maxTokens,
-          () => new PartsSink(options.tools)
-        )))
+        request(options, Option.getOrElse(settings, () => ({})), () => new PartsSink(options.tools))))
     return LanguageModel.make({
       streamText: (options) => Stream.mapError(stream(options), toAiError("streamText")),
       generateText: (options) =>
@@ -276,11 +311,12 @@ const wireLayer = (
     Effect.gen(function*() {
       const request = yield* wireRequest(yield* config, protocol)
       const timeouts = timeoutsOf(options)
-      const chunks = (wireOptions: WireOptions, model: string, maxTokens: number | undefined, watch: RequestWatch) =>
-        request(wireOptions, model, maxTokens, () => new adapter.ChunkSink(), watch)
+      const chunks = (wireOptions: WireOptions, requested: RequestedSettings, watch: RequestWatch) =>
+        request(wireOptions, requested, () => new adapter.ChunkSink(), watch)
       return Model.of({
         stream: (modelRequest) => adapter.directStreamOf(chunks, modelRequest, timeouts),
-        ...validatorOf(options.models)
+        ...validatorOf(options.models),
+        validateSettings: settingsValidator(protocol.refusal)
       })
     })
   )
@@ -307,9 +343,10 @@ export interface OpenAiOptions extends AdapterOptions {
 }
 
 const openAiProtocol = (options: OpenAiOptions): WireProtocol => ({
-  body: (wireOptions, model, maxTokens) =>
-    openAiChat.requestBody(wireOptions, { model, maxTokens, maxTokensField: options.maxTokensField ?? "max_tokens" }),
-  reply: openAiChat.reply
+  body: (wireOptions, request) =>
+    openAiChat.requestBody(wireOptions, { ...request, maxTokensField: options.maxTokensField ?? "max_tokens" }),
+  reply: (provider, budget) => openAiChat.reply(provider, budget),
+  refusal: openAiRefusal
 })
 
 const openAiConfig = (options: OpenAiOptions) =>
@@ -394,13 +431,11 @@ export interface AnthropicOptions extends AdapterOptions {
 }
 
 const anthropicProtocol = (options: AnthropicOptions): WireProtocol => ({
-  body: (wireOptions, model, maxTokens) =>
-    anthropicMessages.requestBody(wireOptions, {
-      model,
-      maxTokens,
-      defaultMaxTokens: options.defaultMaxTokens ?? 4096
-    }),
-  reply: anthropicMessages.reply
+  body: (wireOptions, request) =>
+    anthropicMessages.requestBody(wireOptions, { ...request, defaultMaxTokens: options.defaultMaxTokens ?? 4096 }),
+  reply: (provider, budget, request) =>
+    anthropicMessages.reply(provider, budget, anthropicMessages.answerToolOf(request.output)),
+  refusal: anthropicRefusal
 })
 
 const anthropicConfig = (options: AnthropicOptions) =>

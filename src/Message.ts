@@ -6,6 +6,7 @@
  */
 import { Either, Schema } from "effect"
 import { deepFreeze } from "./internal/json.js"
+import { TurnOptions } from "./ModelSettings.js"
 
 /**
  * The id of a session, and of the agent that drives it: `^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`
@@ -173,7 +174,15 @@ export const MessageSource = Schema.Union(
   Schema.Struct({ kind: Schema.Literal("user") }),
   Schema.Struct({ kind: Schema.Literal("agent"), agent: SessionId }),
   Schema.Struct({ kind: Schema.Literal("plugin"), plugin: Schema.String }),
-  Schema.Struct({ kind: Schema.Literal("system") })
+  Schema.Struct({
+    kind: Schema.Literal("system"),
+    /**
+     * Why the library wrote it (format v3), e.g. `"output-invalid"` for OUT-02's correction message.
+     *
+     * @since 0.3.0
+     */
+    reason: Schema.optionalWith(Schema.String, { exact: true })
+  })
 )
 
 /**
@@ -190,7 +199,14 @@ export const UserMessage = Schema.Struct({
   id: MessageId,
   role: Schema.Literal("user"),
   content: Schema.Array(ContentPart),
-  source: MessageSource
+  source: MessageSource,
+  /**
+   * The settings and output format of the turn this message starts (APP-04, OUT-01; format v3):
+   * written by `send` from its `settings`/`output` options, never sent to the model.
+   *
+   * @since 0.3.0
+   */
+  turnOptions: Schema.optionalWith(TurnOptions, { exact: true })
 })
 
 /**

@@ -8,7 +8,8 @@ import { Context, Effect, Layer, Stream as S } from "effect"
 import { ModelError, RouteRefused } from "./AgentError.js"
 import * as scriptedModel from "./internal/model/scripted.js"
 import type { Message, SessionId } from "./Message.js"
-import type { FinishReason, JsonRecord, Usage } from "./SessionEvent.js"
+import type { ModelSettings, OutputFormat } from "./ModelSettings.js"
+import type { FinishReason, JsonRecord, RequestSettings, Usage } from "./SessionEvent.js"
 
 export {
   /**
@@ -50,6 +51,21 @@ export interface ModelRequest {
   readonly system?: string | undefined
   readonly messages: ReadonlyArray<Message>
   readonly tools: ReadonlyArray<ToolSchema>
+  /**
+   * APP-04: the model settings of the request (`maxOutputTokens` is `maxTokens`), as its
+   * `request/config` stores them; absent when none is set.
+   *
+   * @since 0.3.0
+   */
+  readonly settings?: RequestSettings | undefined
+  /**
+   * OUT-01: the typed output the final answer must be: JSON matching `output.schema`. A model
+   * answers it as text (the wire adapters ask the provider for it: `response_format` on Chat
+   * Completions, a forced final tool on Anthropic whose input becomes the text).
+   *
+   * @since 0.3.0
+   */
+  readonly output?: OutputFormat | undefined
 }
 
 /**
@@ -85,6 +101,18 @@ export class Model extends Context.Tag("effect-agent/Model")<Model, {
    * @since 0.2.0
    */
   readonly validateRoute?: ((provider: string, model: string) => Effect.Effect<void, RouteRefused>) | undefined
+  /**
+   * APP-04: succeeds when this model can send every setting in `settings` to `provider`/`model`,
+   * else fails `RouteRefused` naming the setting. `create` asks it about the agent's settings and
+   * `send` about a message's own (`InvalidAgentOptions` either way); `resume` never asks (a request
+   * whose settings the provider cannot take fails, and the turn ends `error`). A model without it
+   * takes every setting.
+   *
+   * @since 0.3.0
+   */
+  readonly validateSettings?:
+    | ((provider: string, model: string, settings: ModelSettings) => Effect.Effect<void, RouteRefused>)
+    | undefined
 }>() {}
 
 /**
@@ -365,6 +393,11 @@ export const router = (routes: Readonly<Record<string, Model["Type"]>>): Model["
         return Effect.fail(new RouteRefused({ provider, model, reason: `this router serves ${served}` }))
       }
       return target.validateRoute === undefined ? Effect.void : target.validateRoute(provider, model)
+    },
+    // APP-04: the provider's model judges the settings (an unknown provider is validateRoute's to refuse)
+    validateSettings: (provider, model, settings) => {
+      const target = table.get(provider)
+      return target?.validateSettings === undefined ? Effect.void : target.validateSettings(provider, model, settings)
     }
   })
 }

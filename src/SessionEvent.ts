@@ -6,6 +6,7 @@
  */
 import { Schema } from "effect"
 import { AssistantMessage, MessageId, SessionId, ToolResultMessage, UserMessage } from "./Message.js"
+import { ModelSettings, OutputFormat } from "./ModelSettings.js"
 
 /**
  * A JSON value as stored in a log (EVT-03).
@@ -344,6 +345,21 @@ export const ToolDescription = Schema.Struct({
 })
 
 /**
+ * The model settings a `request/config` stores (APP-04): every setting but `maxOutputTokens`,
+ * which the config keeps as `maxTokens` (one value).
+ *
+ * @since 0.3.0
+ * @category core events
+ */
+export const RequestSettings = ModelSettings.pipe(Schema.omit("maxOutputTokens"))
+
+/**
+ * @since 0.3.0
+ * @category core events
+ */
+export type RequestSettings = typeof RequestSettings.Type
+
+/**
  * @since 0.1.0
  * @category core events
  */
@@ -354,7 +370,19 @@ export const RequestConfig = envelope(
     model: Schema.String,
     maxTokens: Schema.optionalWith(Schema.Int.pipe(Schema.positive()), { exact: true }),
     system: Schema.optionalWith(Schema.String, { exact: true }),
-    tools: Schema.Array(ToolDescription)
+    tools: Schema.Array(ToolDescription),
+    /**
+     * APP-04 (format v3): the model settings of the requests from here on, but `maxOutputTokens`,
+     * which is `maxTokens`.
+     */
+    settings: Schema.optionalWith(RequestSettings, { exact: true }),
+    /** OUT-01 (format v3): the typed output the requests from here on ask for. */
+    output: Schema.optionalWith(OutputFormat, { exact: true }),
+    /**
+     * APP-04 (format v3): this config holds a message's own settings or output, for its turn only;
+     * the agent's own are those of the last config without it (what `resume` restores).
+     */
+    turnOnly: Schema.optionalWith(Schema.Literal(true), { exact: true })
   })
 )
 

@@ -15,7 +15,7 @@ import * as options_ from "./internal/options.js"
 import * as tools from "./internal/agent/tools.js"
 import type { ContentPart, UserMessage } from "./Message.js"
 import type { ToolSchema } from "./Model.js"
-import type { JsonRecord } from "./SessionEvent.js"
+import type { JsonRecord, RequestSettings } from "./SessionEvent.js"
 
 /**
  * What a tool returns. `concludesTurn` ends the turn after this step unless next-step input is
@@ -329,6 +329,13 @@ export interface Route {
   readonly model: string
   readonly maxTokens?: number | undefined
   readonly system?: string | undefined
+  /**
+   * APP-04: the model settings (but `maxOutputTokens`, which is `maxTokens`): the agent's, with the
+   * settings of the message that started the turn over them.
+   *
+   * @since 0.3.0
+   */
+  readonly settings?: RequestSettings | undefined
 }
 
 /**

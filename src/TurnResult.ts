@@ -82,3 +82,11 @@ export class TurnResult extends Schema.Class<TurnResult>("effect-agent/TurnResul
     return this.reason.kind === "completed"
   }
 }
+
+/**
+ * A {@link TurnResult} whose `output` was decoded with the Schema of `run(m, { output })` (OUT-01).
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export type TypedTurnResult<A> = TurnResult & { readonly output: A }

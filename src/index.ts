@@ -100,6 +100,11 @@ export * as AgentHost from "./AgentHost.js"
  */
 export * as Compaction from "./Compaction.js"
 export * as Metrics from "./Metrics.js"
+
+/**
+ * @since 0.3.0
+ */
+export * as ModelSettings from "./ModelSettings.js"
 export * as SessionGateway from "./SessionGateway.js"
 
 /**

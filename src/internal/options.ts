@@ -12,6 +12,8 @@
 import { Duration, Either, ParseResult, Schema } from "effect"
 import type { AgentOptions } from "../Agent.js"
 import { InvalidAgentOptions } from "../AgentError.js"
+import type { ModelSettings } from "../ModelSettings.js"
+import { outputFormat } from "../ModelSettings.js"
 import { PersistenceError } from "../SessionError.js"
 
 // -------------------------------------------------------------------------------------------------
@@ -140,6 +142,33 @@ export const CompactionPolicySchema = Schema.Struct({
   message: (issue: ParseResult.ParseIssue) => `must be an object (a compaction policy), got ${show(actualOf(issue))}`
 })
 
+const between = (min: number, max: number) => Schema.Number.pipe(Schema.finite(), Schema.between(min, max))
+
+/** APP-04: `ModelSettings`, each field's failure worded for a person. @internal */
+export const ModelSettingsSchema = Schema.Struct({
+  temperature: optionalField(between(0, 2), "a number from 0 to 2"),
+  topP: optionalField(between(0, 1), "a number from 0 to 1"),
+  topK: optionalField(PositiveInt, "a positive integer"),
+  maxOutputTokens: optionalField(PositiveInt, "a positive integer"),
+  stop: optionalField(
+    Schema.Array(NonEmptyString).pipe(Schema.maxItems(16)),
+    "an array of at most 16 non-empty strings"
+  ),
+  seed: optionalField(Schema.Int, "an integer"),
+  toolChoice: optionalField(
+    Schema.Union(Schema.Literal("auto", "none", "required"), Schema.Struct({ tool: NonEmptyString })),
+    `"auto", "none", "required" or { tool: <a tool name> }`
+  ),
+  parallelToolCalls: optionalField(Schema.Boolean, "a boolean")
+}).annotations({
+  message: (issue: ParseResult.ParseIssue) => `must be an object (model settings), got ${show(actualOf(issue))}`
+})
+
+const isSchema = (u: unknown): u is Schema.Schema<any, any, never> => Schema.isSchema(u)
+
+/** A Schema (OUT-01's output). @internal */
+export const AnySchema = Schema.declare(isSchema, { identifier: "Schema" })
+
 /** @internal */
 export const AgentOptionsSchema = Schema.Struct({
   provider: optionalField(Schema.String, "a string"),
@@ -152,7 +181,10 @@ export const AgentOptionsSchema = Schema.Struct({
   logTurnErrors: optionalField(Schema.Boolean, "a boolean"),
   contextWindow: optionalField(PositiveInt, "a positive integer number of tokens"),
   // no message override: the policy's own fields name their problems
-  compaction: Schema.optionalWith(Schema.UndefinedOr(CompactionPolicySchema), { exact: true })
+  compaction: Schema.optionalWith(Schema.UndefinedOr(CompactionPolicySchema), { exact: true }),
+  settings: Schema.optionalWith(Schema.UndefinedOr(ModelSettingsSchema), { exact: true }),
+  output: optionalField(AnySchema, "a Schema"),
+  outputRetries: optionalField(NonNegativeInt, "an integer >= 0")
 }).annotations(anObject("options"))
 
 const decodeAgentOptionsSchema = Schema.decodeUnknownEither(AgentOptionsSchema, decodeOptions)
@@ -170,9 +202,55 @@ export const decodeAgentOptions = (
 ): Either.Either<AgentOptions, InvalidAgentOptions> => {
   if (options === undefined) return Either.right({})
   const decoded = decodeAgentOptionsSchema(options)
-  return Either.isRight(decoded)
-    ? Either.right(options)
-    : Either.left(new InvalidAgentOptions({ reason: formatParseError(decoded.left) }))
+  if (Either.isLeft(decoded)) return Either.left(new InvalidAgentOptions({ reason: formatParseError(decoded.left) }))
+  const problem = crossFieldProblem(options)
+  return problem === undefined ? Either.right(options) : Either.left(new InvalidAgentOptions({ reason: problem }))
+}
+
+/** What the fields' schemas cannot see: two fields that are one value, an output without a JSON Schema. */
+const crossFieldProblem = (options: AgentOptions): string | undefined => {
+  const maxOutputTokens = options.settings?.maxOutputTokens
+  if (maxOutputTokens !== undefined && options.maxTokens !== undefined && maxOutputTokens !== options.maxTokens) {
+    return `settings.maxOutputTokens (${maxOutputTokens}) and maxTokens (${options.maxTokens}) are one value: set one of them`
+  }
+  if (options.settings !== undefined) {
+    const settings = decodeSettings(options.settings)
+    if (Either.isLeft(settings)) return settings.left.reason
+  }
+  return options.output === undefined ? undefined : outputProblem(options.output, "output")
+}
+
+/**
+ * Why a Schema cannot be a typed output (it has no JSON Schema, or its name is not a valid
+ * provider name), or undefined. @internal
+ */
+export const outputProblem = (schema: Schema.Schema<any, any, never>, field: string): string | undefined => {
+  try {
+    outputFormat(schema)
+    return undefined
+  } catch (error) {
+    return `${field} ${error instanceof Error ? error.message : String(error)}`
+  }
+}
+
+// a misspelt setting is refused, never ignored (APP-04: no setting is silently dropped)
+const decodeSettingsSchema = Schema.decodeUnknownEither(
+  Schema.Struct({ settings: ModelSettingsSchema }),
+  { errors: "all", onExcessProperty: "error" }
+)
+
+/**
+ * A message's own settings (APP-04), or `InvalidAgentOptions` naming every bad field
+ * (`settings.temperature must be ...`).
+ *
+ * @internal
+ */
+export const decodeSettings = (settings: unknown): Either.Either<ModelSettings, InvalidAgentOptions> => {
+  const decoded = decodeSettingsSchema({ settings })
+  if (Either.isLeft(decoded)) return Either.left(new InvalidAgentOptions({ reason: formatParseError(decoded.left) }))
+  const out: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(decoded.right.settings)) if (value !== undefined) out[key] = value
+  return Either.right(out as ModelSettings)
 }
 
 const CompactOptionsSchema = Schema.Struct(CompactOptionsFields).annotations(anObject("compact options"))

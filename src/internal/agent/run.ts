@@ -7,11 +7,13 @@
  *
  * @internal
  */
-import type { Scope } from "effect"
+import type { Schema, Scope } from "effect"
 import { Cause, Deferred, Effect, Exit, FiberId, Option } from "effect"
 import * as AgentError from "../../AgentError.js"
 import type { AgentEvent } from "../../AgentEvent.js"
+import type { SendOptions } from "../../Agent.js"
 import type { MessageId, UserMessage } from "../../Message.js"
+import type { OutputFormat } from "../../ModelSettings.js"
 import type { TurnResult } from "../../TurnResult.js"
 import type { Driver } from "./driver/driver.js"
 import type * as Feed from "../feed.js"
@@ -30,6 +32,26 @@ export interface RunDeps {
   readonly feed: Feed.Feed<AgentEvent>
   readonly inbox: InboxInternal
 }
+
+/**
+ * OUT-01: how this agent's results decode their output: the run's own Schema for the turn it asked
+ * it of, else the agent's `output` Schema for the agent's format, else the JSON as it is.
+ */
+const decodingOf = (deps: RunDeps, own?: Schema.Schema<any, any, never> | undefined): turnResult.OutputDecoding => {
+  const agent = deps.driver.agentOutput()
+  return {
+    agent: agent.output,
+    schemaOf: (format) =>
+      own !== undefined
+        ? own
+        : agent.schema !== undefined && agent.output !== undefined && sameFormat(format, agent.output)
+        ? agent.schema
+        : undefined
+  }
+}
+
+const sameFormat = (a: OutputFormat, b: OutputFormat): boolean =>
+  a === b || (a.name === b.name && JSON.stringify(a.schema) === JSON.stringify(b.schema))
 
 /** How a waited-for turn ended: its number and the seq of its `turn/end`. */
 interface Ended {
@@ -173,8 +195,12 @@ export const listen = (
  *
  * @internal
  */
-export const outcomeOf = (deps: RunDeps, ended: Ended): TurnResult | AgentError.TurnFailed => {
-  const result = turnResult.fromLog(deps.driver.sessionCore.log(), ended.turn, ended.endSeq)
+export const outcomeOf = (
+  deps: RunDeps,
+  ended: Ended,
+  own?: Schema.Schema<any, any, never> | undefined
+): TurnResult | AgentError.TurnFailed => {
+  const result = turnResult.fromLog(deps.driver.sessionCore.log(), ended.turn, ended.endSeq, decodingOf(deps, own))
   if (result === undefined) {
     throw new Error(`bug: turn ${ended.turn} of ${deps.id} ended, but its turn/end is not in the log`)
   }
@@ -188,9 +214,13 @@ export const outcomeOf = (deps: RunDeps, ended: Ended): TurnResult | AgentError.
  *
  * @internal
  */
-export const settle = (deps: RunDeps, ended: Ended): Effect.Effect<TurnResult, AgentError.TurnFailed> =>
+export const settle = (
+  deps: RunDeps,
+  ended: Ended,
+  own?: Schema.Schema<any, any, never> | undefined
+): Effect.Effect<TurnResult, AgentError.TurnFailed> =>
   Effect.suspend(() => {
-    const outcome = outcomeOf(deps, ended)
+    const outcome = outcomeOf(deps, ended, own)
     return outcome instanceof AgentError.TurnFailed ? Effect.fail(outcome) : Effect.succeed(outcome)
   })
 
@@ -228,14 +258,18 @@ export const withdraw = (waiter: Waiter): Effect.Effect<void> =>
 export const run = (
   deps: RunDeps,
   message: UserMessage,
-  cancelOnInterrupt: boolean
+  cancelOnInterrupt: boolean,
+  turnOptions?: Pick<SendOptions, "settings" | "output"> | undefined
 ): Effect.Effect<TurnResult, AgentError.RunError> =>
   Effect.scoped(Effect.gen(function*() {
     const waiter = yield* listen(deps, message.id)
-    yield* deps.driver.send(message, "next-turn", true)
+    // APP-04, OUT-01: the run's own settings and output go with its message
+    yield* turnOptions?.settings !== undefined || turnOptions?.output !== undefined
+      ? deps.driver.sendWith(message, "next-turn", true, turnOptions)
+      : deps.driver.send(message, "next-turn", true)
     const wait = Deferred.await(waiter.done)
     const ended = yield* cancelOnInterrupt ? Effect.onInterrupt(wait, () => withdraw(waiter)) : wait
-    return yield* settle(deps, ended)
+    return yield* settle(deps, ended, turnOptions?.output)
   }))
 
 /**
@@ -244,7 +278,7 @@ export const run = (
  * @internal
  */
 export const resultOf = (deps: RunDeps, turn: number): Effect.Effect<Option.Option<TurnResult>> =>
-  Effect.sync(() => Option.fromNullable(turnResult.fromLog(deps.driver.sessionCore.log(), turn)))
+  Effect.sync(() => Option.fromNullable(turnResult.fromLog(deps.driver.sessionCore.log(), turn, undefined, decodingOf(deps))))
 
 /**
  * APP-01: `agent.awaitTurn`: the result of an ended turn at once; of the open one when it ends.

@@ -234,8 +234,10 @@ const isMessageSource = (u: unknown): boolean => {
   if (!isFields(u)) return false
   switch (u.kind) {
     case "user":
-    case "system":
       return keyCount(u) === 1
+    case "system":
+      // OUT-02 (format v3): the library's own messages say why they were written
+      return u.reason === undefined ? keyCount(u) === 1 : isString(u.reason) && keyCount(u) === 2
     case "agent":
       return isSessionId(u.agent) && keyCount(u) === 2
     case "plugin":

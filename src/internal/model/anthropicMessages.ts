@@ -12,6 +12,8 @@ import * as providerHttp from "./providerHttp.js"
 import type { OutputBudget } from "./providerOutput.js"
 import * as wire from "./wireParts.js"
 import type { WireOptions } from "./wireParts.js"
+import type { WireRequestSettings } from "./wireSettings.js"
+import { isObjectSchema } from "./wireSettings.js"
 
 /**
  * What one request needs beyond the prompt. Messages requires `max_tokens`: `defaultMaxTokens`
@@ -19,9 +21,7 @@ import type { WireOptions } from "./wireParts.js"
  *
  * @internal
  */
-export interface MessagesSettings {
-  readonly model: string
-  readonly maxTokens?: number | undefined
+export interface MessagesSettings extends WireRequestSettings {
   readonly defaultMaxTokens: number
 }
 
@@ -120,23 +120,78 @@ const toolChoiceOf = (choice: LanguageModel.ToolChoice<string>): Json | undefine
     ? { type: "any" }
     : undefined
 
+/** APP-04: the sampling settings as Messages fields (`seed` never gets here: it is refused). */
+const samplingOf = (settings: MessagesSettings["settings"]): Json => {
+  if (settings === undefined) return {}
+  return {
+    ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
+    ...(settings.topP !== undefined ? { top_p: settings.topP } : {}),
+    ...(settings.topK !== undefined ? { top_k: settings.topK } : {}),
+    ...(settings.stop !== undefined ? { stop_sequences: settings.stop } : {})
+  }
+}
+
 /**
- * The JSON body of a streaming Messages request (REQ-03 over the wire).
+ * OUT-01: the forced final tool of a typed answer: its input is the answer (an answer that is not
+ * an object travels as `{value}`).
+ */
+const outputTool = (output: NonNullable<MessagesSettings["output"]>): Json => ({
+  name: output.name,
+  description: "Give your final answer: call this tool once, with the answer as its input.",
+  input_schema: isObjectSchema(output.schema)
+    ? output.schema
+    : { type: "object", properties: { value: output.schema }, required: ["value"], additionalProperties: false }
+})
+
+/**
+ * The `tool_choice` of a request: the `toolChoice` setting's (APP-04), else the call's; with a typed
+ * output (OUT-01) the model must call a tool — the final answer's alone when it has no other tool
+ * or `toolChoice` is `"none"`; `parallelToolCalls: false` as `disable_parallel_tool_use`.
+ */
+const choiceOf = (options: WireOptions, settings: MessagesSettings, toolCount: number): Json | undefined => {
+  const setting = settings.settings?.toolChoice
+  const output = settings.output
+  let choice: Json | undefined
+  if (output !== undefined) {
+    choice = typeof setting === "object"
+      ? { type: "tool", name: setting.tool }
+      : setting === "none" || toolCount === 0
+      ? { type: "tool", name: output.name }
+      : { type: "any" }
+  } else if (setting !== undefined) {
+    choice = typeof setting === "object"
+      ? { type: "tool", name: setting.tool }
+      : { type: setting === "required" ? "any" : setting }
+  } else {
+    choice = toolCount > 0 ? toolChoiceOf(options.toolChoice) : undefined
+  }
+  if (toolCount === 0 && output === undefined) return undefined
+  if (settings.settings?.parallelToolCalls !== false || choice?.["type"] === "none") return choice
+  return { ...(choice ?? { type: "auto" }), disable_parallel_tool_use: true }
+}
+
+/**
+ * The JSON body of a streaming Messages request (REQ-03 over the wire): the settings as their
+ * fields (APP-04), a typed output as a forced final tool (OUT-01).
  *
  * @internal
  */
 export const requestBody = (options: WireOptions, settings: MessagesSettings): Json => {
   const { messages, system } = messagesOf(options.prompt)
-  const tools = wire.wireTools(options.tools)
-  const choice = tools.length > 0 ? toolChoiceOf(options.toolChoice) : undefined
+  const tools: Array<Json> = wire.wireTools(options.tools).map((tool) => ({
+    name: tool.name,
+    description: tool.description,
+    input_schema: tool.parameters
+  }))
+  const choice = choiceOf(options, settings, tools.length)
+  if (settings.output !== undefined) tools.push(outputTool(settings.output))
   return {
     model: settings.model,
     max_tokens: settings.maxTokens ?? settings.defaultMaxTokens,
     ...(system !== undefined ? { system } : {}),
     messages,
-    ...(tools.length > 0
-      ? { tools: tools.map((tool) => ({ name: tool.name, description: tool.description, input_schema: tool.parameters })) }
-      : {}),
+    ...samplingOf(settings.settings),
+    ...(tools.length > 0 ? { tools } : {}),
     ...(choice !== undefined ? { tool_choice: choice } : {}),
     stream: true
   }
@@ -169,13 +224,19 @@ type Block =
 /** The state of one streamed reply; what it keeps of the message is charged to `budget` (SEC-02). */
 class MessagesReply implements wire.SseReply {
   readonly blocks = new Map<number, Block>()
+  /** The calls of tools other than the final answer's. */
+  calls = 0
   stop: string | undefined = undefined
   stopped = false
   input: number | undefined = undefined
   cached: number | undefined = undefined
   output: number | undefined = undefined
 
-  constructor(readonly provider: string, private readonly budget: OutputBudget) {}
+  constructor(
+    readonly provider: string,
+    private readonly budget: OutputBudget,
+    private readonly answer: AnswerTool | undefined
+  ) {}
 
   /** Tells the sink what the data of one SSE event says, or returns the failure it reports. */
   onEvent<B>(text: string, sink: wire.ReplySink<B>): ModelError | undefined {
@@ -284,15 +345,27 @@ class MessagesReply implements wire.SseReply {
     if (block.kind === "text") sink.textEnd(block.id)
     else if (block.kind === "reasoning") sink.reasoningEnd(block.id)
     else if (block.kind === "tool") {
-      sink.toolCall({ id: block.id, name: block.name, text: block.text === "" ? block.input : block.text })
+      const text = block.text === "" ? block.input : block.text
+      if (this.answer !== undefined && block.name === this.answer.name) {
+        // OUT-01: the final answer's tool call is the reply's text
+        const id = `text-${index}`
+        sink.textStart(id)
+        sink.textDelta(id, this.answer.wrapped ? unwrapped(text) : text)
+        sink.textEnd(id)
+        return
+      }
+      this.calls++
+      sink.toolCall({ id: block.id, name: block.name, text })
     }
   }
 
   /** Tells the sink how the reply closes, or returns `NETWORK` when it never said it was complete. */
   end<B>(sink: wire.ReplySink<B>): ModelError | undefined {
     if (!this.stopped && this.stop === undefined) return wire.truncated(this.provider)
+    // OUT-01: a reply that only gave the final answer stopped, whatever the API calls it
+    const stop = this.stop === "tool_use" && this.calls === 0 && this.answer !== undefined ? "end_turn" : this.stop
     return sink.finish(
-      finishReason(this.stop),
+      finishReason(stop),
       wire.usagePart({ input: this.input, output: this.output, cached: this.cached })
     )
   }
@@ -304,4 +377,26 @@ class MessagesReply implements wire.SseReply {
  *
  * @internal
  */
-export const reply = (provider: string, budget: OutputBudget): wire.SseReply => new MessagesReply(provider, budget)
+export const reply = (provider: string, budget: OutputBudget, output?: AnswerTool | undefined): wire.SseReply =>
+  new MessagesReply(provider, budget, output)
+
+/**
+ * OUT-01: the final answer's tool of a typed request, and whether its input wraps the answer as
+ * `{value}`.
+ *
+ * @internal
+ */
+export interface AnswerTool {
+  readonly name: string
+  readonly wrapped: boolean
+}
+
+/** @internal */
+export const answerToolOf = (output: MessagesSettings["output"]): AnswerTool | undefined =>
+  output === undefined ? undefined : { name: output.name, wrapped: !isObjectSchema(output.schema) }
+
+/** The answer inside a wrapped input (`{value}`), as JSON text; the text itself when it is not one. */
+const unwrapped = (text: string): string => {
+  const parsed = wire.argumentsObject(text)
+  return Option.isSome(parsed) && "value" in parsed.value ? JSON.stringify(parsed.value["value"]) : text
+}

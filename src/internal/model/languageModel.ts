@@ -14,7 +14,8 @@ import { Clock, Context, Effect, Schema, Stream } from "effect"
 import type { Duration } from "effect"
 import { ModelError } from "../../AgentError.js"
 import type { ModelChunk, ModelRequest, ToolSchema } from "../../Model.js"
-import type { FinishReason } from "../../SessionEvent.js"
+import type { OutputFormat } from "../../ModelSettings.js"
+import type { FinishReason, RequestSettings as SessionRequestSettings } from "../../SessionEvent.js"
 import { normalizeUsage } from "./output.js"
 import * as providerHttp from "./providerHttp.js"
 import { OutputBudget } from "./providerOutput.js"
@@ -32,8 +33,23 @@ import type { ClosedCall, ReplySink, WireOptions } from "./wireParts.js"
  */
 export class RequestSettings extends Context.Tag("effect-agent/LanguageModelAdapter/RequestSettings")<
   RequestSettings,
-  { readonly model?: string | undefined; readonly maxTokens?: number | undefined }
+  {
+    readonly model?: string | undefined
+    readonly maxTokens?: number | undefined
+    /** APP-04: the request's model settings (but `maxOutputTokens`, which is `maxTokens`). */
+    readonly settings?: SessionRequestSettings | undefined
+    /** OUT-01: the typed output the request asks for. */
+    readonly output?: OutputFormat | undefined
+  }
 >() {}
+
+/** What a request asks beyond its prompt and tools (MOD-01, APP-04, OUT-01). */
+const requestSettingsOf = (request: ModelRequest): RequestSettings["Type"] => ({
+  model: request.model,
+  maxTokens: request.maxTokens,
+  ...(request.settings !== undefined ? { settings: request.settings } : {}),
+  ...(request.output !== undefined ? { output: request.output } : {})
+})
 
 /** Objects with any keys: what the toolkit decodes arguments with, so nothing is dropped or refused. */
 const anyObject = Schema.Struct({}, Schema.Record({ key: Schema.String, value: Schema.Unknown }))
@@ -335,10 +351,13 @@ export const streamOf = (
 ): Stream.Stream<ModelChunk, ModelError> =>
   Stream.suspend(() => {
     const assembly = new Assembly(new OutputBudget(request.provider, limits.maxEventBytes))
+    const choice = request.settings?.toolChoice
     const parts = model.streamText({
       prompt: promptOf(request),
       toolkit: toolkitOf(request.tools),
-      disableToolCallResolution: true
+      disableToolCallResolution: true,
+      // APP-04: the one setting `@effect/ai` carries itself; the rest travel in RequestSettings
+      ...(choice !== undefined ? { toolChoice: choice } : {})
     })
     const chunks = mapChunksOrFail(
       Stream.catchAll(parts, (error) =>
@@ -347,7 +366,7 @@ export const streamOf = (
         )),
       (chunk, out: Array<ModelChunk>) => assembly.onParts(chunk, out),
       nothingAtTheEnd
-    ).pipe(Stream.provideService(RequestSettings, { model: request.model, maxTokens: request.maxTokens }))
+    ).pipe(Stream.provideService(RequestSettings, requestSettingsOf(request)))
     return withTimeouts(chunks, timeouts)
   })
 
@@ -360,8 +379,7 @@ export const streamOf = (
 export const directStreamOf = (
   chunks: (
     options: WireOptions,
-    model: string,
-    maxTokens: number | undefined,
+    requested: RequestSettings["Type"],
     watch: RequestWatch
   ) => Stream.Stream<ModelChunk, ModelError>,
   request: ModelRequest,
@@ -374,5 +392,5 @@ export const directStreamOf = (
       tools: Object.values(toolkit.tools),
       toolChoice: "auto"
     }
-    return withAbortingTimeouts((watch) => chunks(options, request.model, request.maxTokens, watch), timeouts)
+    return withAbortingTimeouts((watch) => chunks(options, requestSettingsOf(request), watch), timeouts)
   })

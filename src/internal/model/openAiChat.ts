@@ -11,15 +11,15 @@ import * as providerHttp from "./providerHttp.js"
 import type { OutputBudget } from "./providerOutput.js"
 import * as wire from "./wireParts.js"
 import type { WireOptions } from "./wireParts.js"
+import type { WireRequestSettings } from "./wireSettings.js"
+import type { ToolChoice } from "../../ModelSettings.js"
 
 /**
  * What one request needs beyond the prompt.
  *
  * @internal
  */
-export interface ChatSettings {
-  readonly model: string
-  readonly maxTokens?: number | undefined
+export interface ChatSettings extends WireRequestSettings {
   readonly maxTokensField: "max_tokens" | "max_completion_tokens"
 }
 
@@ -103,25 +103,68 @@ const toolChoiceOf = (choice: LanguageModel.ToolChoice<string>): unknown =>
     ? "required"
     : "auto"
 
+/** APP-04: a `toolChoice` setting as Chat Completions' `tool_choice`. */
+const settingChoice = (choice: ToolChoice): unknown =>
+  typeof choice === "string" ? choice : { type: "function", function: { name: choice.tool } }
+
+/**
+ * APP-04: the sampling settings as Chat Completions fields (`topK` never gets here: it is refused).
+ */
+const samplingOf = (settings: ChatSettings["settings"]): Json => {
+  if (settings === undefined) return {}
+  return {
+    ...(settings.temperature !== undefined ? { temperature: settings.temperature } : {}),
+    ...(settings.topP !== undefined ? { top_p: settings.topP } : {}),
+    ...(settings.stop !== undefined ? { stop: settings.stop } : {}),
+    ...(settings.seed !== undefined ? { seed: settings.seed } : {})
+  }
+}
+
+/**
+ * The tools of a request with its `tool_choice` (the setting's, else the call's when not `auto`)
+ * and `parallel_tool_calls`; none of them without tools (they would have nothing to act on, and
+ * the API refuses them then).
+ */
+const toolsOf = (options: WireOptions, settings: ChatSettings): Json => {
+  const tools = wire.wireTools(options.tools)
+  if (tools.length === 0) return {}
+  const choice = settings.settings?.toolChoice
+  const parallel = settings.settings?.parallelToolCalls
+  return {
+    tools: tools.map((tool) => ({
+      type: "function",
+      function: { name: tool.name, description: tool.description, parameters: tool.parameters }
+    })),
+    ...(choice !== undefined
+      ? { tool_choice: settingChoice(choice) }
+      : options.toolChoice !== "auto"
+      ? { tool_choice: toolChoiceOf(options.toolChoice) }
+      : {}),
+    ...(parallel !== undefined ? { parallel_tool_calls: parallel } : {})
+  }
+}
+
 /**
  * The JSON body of a streaming Chat Completions request (REQ-03 over the wire: everything in it
- * derives from the prompt, the tools and the settings).
+ * derives from the prompt, the tools and the settings): the settings as their fields (APP-04), the
+ * typed output as `response_format: json_schema` (OUT-01).
  *
  * @internal
  */
 export const requestBody = (options: WireOptions, settings: ChatSettings): Json => {
-  const tools = wire.wireTools(options.tools)
+  const output = settings.output
   return {
     model: settings.model,
     messages: messagesOf(options.prompt),
     ...(settings.maxTokens !== undefined ? { [settings.maxTokensField]: settings.maxTokens } : {}),
-    ...(tools.length > 0
+    ...samplingOf(settings.settings),
+    ...toolsOf(options, settings),
+    ...(output !== undefined
       ? {
-        tools: tools.map((tool) => ({
-          type: "function",
-          function: { name: tool.name, description: tool.description, parameters: tool.parameters }
-        })),
-        ...(options.toolChoice !== "auto" ? { tool_choice: toolChoiceOf(options.toolChoice) } : {})
+        response_format: {
+          type: "json_schema",
+          json_schema: { name: output.name, schema: output.schema, strict: output.strict }
+        }
       }
       : {}),
     stream: true,

@@ -10,6 +10,7 @@
  */
 import type { Option } from "effect"
 import { Effect } from "effect"
+import type { SendOptions } from "../../../Agent.js"
 import type * as AgentError from "../../../AgentError.js"
 import type { AgentStatus } from "../../../AgentEvent.js"
 import type * as Compaction from "../../../Compaction.js"
@@ -20,6 +21,7 @@ import type { DriverDeps } from "./state.js"
 import { DriverState, unusable } from "./state.js"
 import type { SessionCore } from "../../log/session.js"
 import * as compaction from "../compaction.js"
+import * as turnOptions from "./turnOptions.js"
 import * as verbs from "./verbs.js"
 
 export type { DriverDeps } from "./state.js"
@@ -28,6 +30,15 @@ export type { DriverDeps } from "./state.js"
 export interface Driver {
   readonly status: Effect.Effect<AgentStatus>
   readonly send: (message: UserMessage, target: InboxTarget, wake: boolean) => Effect.Effect<void, AgentError.SendError>
+  /** OUT-01: the agent's own output format (its options', else its log's) and the Schema that decodes it. */
+  readonly agentOutput: () => ReturnType<typeof turnOptions.agentOutput>
+  /** APP-04, OUT-01: `send` of a message with its turn's own `settings` and `output` stored on it. */
+  readonly sendWith: (
+    message: UserMessage,
+    target: InboxTarget,
+    wake: boolean,
+    options: Pick<SendOptions, "settings" | "output">
+  ) => Effect.Effect<void, AgentError.SendError>
   readonly cancel: (
     cause: CancelCause,
     options?: { readonly keepInbox?: boolean | undefined }
@@ -84,6 +95,17 @@ class DriverHandle implements Driver {
   }
   send(message: UserMessage, target: InboxTarget, wake: boolean) {
     return verbs.send(this.state, message, target, wake)
+  }
+  agentOutput() {
+    return turnOptions.agentOutput(this.state)
+  }
+  sendWith(message: UserMessage, target: InboxTarget, wake: boolean, options: Pick<SendOptions, "settings" | "output">) {
+    const state = this.state
+    return Effect.flatMap(turnOptions.withTurnOptions(state, message, options), (withOptions) =>
+      withOptions === message
+        ? verbs.send(state, message, target, wake)
+        : Effect.tapError(verbs.send(state, withOptions, target, wake), () =>
+          Effect.sync(() => state.outputSchemas?.delete(message.id))))
   }
   cancel(cause: CancelCause, options?: { readonly keepInbox?: boolean | undefined }) {
     return verbs.cancel(this.state, cause, options)

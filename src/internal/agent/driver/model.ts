@@ -18,6 +18,7 @@ import * as modelRetry from "../../model/retry.js"
 import * as observability from "../../observability.js"
 import type { DriverState } from "./state.js"
 import type { TurnContext } from "./turnContext.js"
+import * as turnOptions from "./turnOptions.js"
 
 interface Finish {
   readonly reason: FinishReason
@@ -31,21 +32,26 @@ interface Collected {
 }
 
 /** RES-07/08: the step's route, the options' over the stored one, through the `request` hooks. @internal */
-export const resolveRoute = (state: DriverState, turn: number, step: number) =>
+export const resolveRoute = (state: DriverState, ctx: TurnContext, step: number) =>
   Effect.gen(function*() {
     const deps = state.deps
     const provider = deps.options.provider ?? deps.storedRoute.provider
     const model = deps.options.model ?? deps.storedRoute.model
-    const maxTokens = deps.options.maxTokens ?? deps.storedRoute.maxTokens
     const system = deps.options.system ?? deps.storedRoute.system
     if (provider === undefined || model === undefined) return Option.none<Tool.Route>()
+    // APP-04: the agent's settings, the turn's own over them (maxOutputTokens is maxTokens)
+    const own = ctx.ask.settings
+    const base = turnOptions.agentSettings(deps.options, deps.storedRoute)
+    const maxTokens = own?.maxOutputTokens ?? base.maxTokens
+    const settings = turnOptions.overSettings(base.settings, own)
     const route: Tool.Route = {
       provider,
       model,
       ...(maxTokens !== undefined ? { maxTokens } : {}),
-      ...(system !== undefined ? { system } : {})
+      ...(system !== undefined ? { system } : {}),
+      ...(settings !== undefined ? { settings } : {})
     }
-    const hooked = yield* Effect.interruptible(deps.hooks.runRequest({ agent: deps.agent(), turn, step }, route))
+    const hooked = yield* Effect.interruptible(deps.hooks.runRequest({ agent: deps.agent(), turn: ctx.turn, step }, route))
     return Option.some(hooked)
   })
 

@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import type { Either, Fiber, Queue } from "effect"
+import type { Either, Fiber, Queue, Schema } from "effect"
 import { Cause, Deferred, Effect, Exit, FiberId, FiberRef, Option } from "effect"
 import type { Agent, AgentOptions } from "../../../Agent.js"
 import * as AgentError from "../../../AgentError.js"
@@ -14,6 +14,7 @@ import { AgentEvent, type AgentStatus } from "../../../AgentEvent.js"
 import type { SessionId } from "../../../Message.js"
 import type { ToolSchema } from "../../../Model.js"
 import type { Model } from "../../../Model.js"
+import type { OutputFormat } from "../../../ModelSettings.js"
 import type { Session } from "../../../Session.js"
 import type { CancelCause } from "../../../SessionEvent.js"
 import type * as Tool from "../../../Tool.js"
@@ -43,8 +44,11 @@ export interface DriverDeps {
    * of the factory's runtime, never the builder's or a waker's (§6.3).
    */
   readonly forkDrain: (drain: Effect.Effect<never>) => Effect.Effect<Fiber.RuntimeFiber<never>>
-  /** The route of the last `request/config` in the log at construction. */
-  readonly storedRoute: Partial<Tool.Route>
+  /**
+   * The route of the last `request/config` in the log at construction (the last that is not a
+   * turn's own, APP-04), with the agent's stored output format (OUT-01).
+   */
+  readonly storedRoute: Partial<Tool.Route> & { readonly output?: OutputFormat | undefined }
   /** A FiberRef whose value is the id of the agent whose creation hooks are running (PUB-11). */
   readonly publishing: FiberRef.FiberRef<Option.Option<SessionId>>
   /** OBS-01/02: the tracer (when spans are made) and Clock of the factory's background fibers. */
@@ -130,6 +134,10 @@ export class DriverState {
   latchedWake = false
   /** The last `request/config` written (a new one is written only when it changes, SPEC §8). */
   lastConfig: string | undefined = undefined
+  /** OUT-01: the Schemas of messages sent with `output`, until their turn takes them (made on first use). */
+  outputSchemas: Map<string, Schema.Schema<any, any, never>> | undefined = undefined
+  /** OUT-01: the output format of the options' `output`, made on first use. */
+  agentOutputFormat: OutputFormat | undefined = undefined
   /** The activity the drain fiber started last (its cancel cause is `cancelCell`). */
   started: Activity | undefined = undefined
   /** SEC-11: a transition of the phase is under way (its body runs under the state lock). */

@@ -10,7 +10,8 @@ import type { Tracer } from "effect"
 import { Cause, Effect, Exit, Option } from "effect"
 import * as AgentError from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
-import type { AssistantMessage, MessageId } from "../../../Message.js"
+import type { AssistantMessage, MessageId, UserMessage } from "../../../Message.js"
+import type { OutputFormat } from "../../../ModelSettings.js"
 import type { ModelRequest, ToolSchema } from "../../../Model.js"
 import type { CoreEventInput, TurnEndReason } from "../../../SessionEvent.js"
 import type * as Tool from "../../../Tool.js"
@@ -23,6 +24,7 @@ import { callModel, resolveRoute } from "./model.js"
 import type { DriverState } from "./state.js"
 import { markBroken } from "./state.js"
 import { runTools } from "./tools.js"
+import * as turnOptions from "./turnOptions.js"
 import type { PendingCall } from "./turnContext.js"
 import { asWriteFailure, LogWriteFailed, TurnContext, write } from "./turnContext.js"
 
@@ -44,13 +46,24 @@ const noRoute: TurnEndReason = {
   error: { message: "no provider/model: set them in the agent options", code: "NO_ROUTE" }
 }
 
-/** The `request/config` of a step: its route and the tools offered (RES-07/08). */
-const configOf = (route: Tool.Route, schemas: ReadonlyArray<ToolSchema>) => ({
+/**
+ * The `request/config` of a step: its route and the tools offered (RES-07/08), its settings
+ * (APP-04) and output (OUT-01), marked `turnOnly` when the turn has its own (restored after it).
+ */
+const configOf = (
+  route: Tool.Route,
+  schemas: ReadonlyArray<ToolSchema>,
+  output: OutputFormat | undefined,
+  turnOnly: boolean
+) => ({
   provider: route.provider,
   model: route.model,
   ...(route.maxTokens !== undefined ? { maxTokens: route.maxTokens } : {}),
   ...(route.system !== undefined ? { system: route.system } : {}),
-  tools: schemas.map((s) => ({ name: s.name, description: s.description, parameters: s.jsonSchema }))
+  tools: schemas.map((s) => ({ name: s.name, description: s.description, parameters: s.jsonSchema })),
+  ...(route.settings !== undefined ? { settings: route.settings } : {}),
+  ...(output !== undefined ? { output } : {}),
+  ...(turnOnly ? { turnOnly: true as const } : {})
 })
 type RequestConfig = ReturnType<typeof configOf>
 
@@ -66,7 +79,9 @@ const requestOf = (
   ...(config.maxTokens !== undefined ? { maxTokens: config.maxTokens } : {}),
   ...(config.system !== undefined ? { system: config.system } : {}),
   messages,
-  tools: schemas
+  tools: schemas,
+  ...(config.settings !== undefined ? { settings: config.settings } : {}),
+  ...(config.output !== undefined ? { output: config.output } : {})
 })
 
 /** The step's `assistant/message`: streamed content, then the calls (none at `max-tokens`). */
@@ -119,14 +134,16 @@ const openStep = (state: DriverState, ctx: TurnContext, step: number) =>
  * a cancel landed first. `undefined` when the step is open, else the turn's end reason. A plain
  * generator that `turnBody` delegates to (`yield*`): a function call, no Effect of its own (B5).
  */
-function* enterStep(state: DriverState, ctx: TurnContext, step: number) {
+function* enterStep(state: DriverState, ctx: TurnContext, step: number, extra: ReadonlyArray<UserMessage>) {
   const deps = state.deps
   const isCanceled = () => Option.isSome(state.cancelCell)
   // a cancel was called (its interruption may still be on its way, SEC-11): no further step opens
   if (isCanceled()) return yield* Effect.interrupt
   const peeked = yield* deps.inbox.peek(step === 1 ? "turn" : "step")
+  // OUT-02: a correction message is proposed with the inbox's batch (it is no inbox message)
+  const proposed = extra.length === 0 ? peeked : [...peeked, ...extra]
   const decision = yield* Effect.interruptible(
-    deps.hooks.runPreStep({ agent: deps.agent(), turn: ctx.turn, step }, peeked)
+    deps.hooks.runPreStep({ agent: deps.agent(), turn: ctx.turn, step }, proposed)
   )
   if (decision.kind === "reject") {
     if (peeked.length > 0) {
@@ -152,6 +169,8 @@ function* enterStep(state: DriverState, ctx: TurnContext, step: number) {
   }))
   if (Option.isNone(claimed)) return yield* Effect.interrupt
   if (claimed.value.entered.length > 0) {
+    // APP-04, OUT-01: a message's own settings and output apply from here to the turn's end
+    turnOptions.enterMessages(state, ctx.ask, claimed.value.entered)
     ctx.openStep = step
     ctx.steps++
     return undefined
@@ -167,6 +186,8 @@ interface StepOutcome {
   readonly hadCalls: boolean
   readonly concludes: boolean
   readonly maxTokens: boolean
+  /** The text of the step's reply (OUT-01 checks the last one). */
+  readonly text: string
 }
 
 /**
@@ -179,11 +200,11 @@ function* runStep(state: DriverState, ctx: TurnContext, step: number) {
   observability.countStep()
   ctx.calls = []
   ctx.logged = 0
-  const route = yield* resolveRoute(state, ctx.turn, step)
+  const route = yield* resolveRoute(state, ctx, step)
   if (Option.isNone(route)) return noRoute
   ctx.route = route.value
   const schemas = (yield* deps.tools).map(deps.toSchema)
-  const config = configOf(route.value, schemas)
+  const config = configOf(route.value, schemas, outputOf(state, ctx).output, ctx.ask.turnOnly)
   const configKey = JSON.stringify(config)
   if (configKey !== state.lastConfig) {
     yield* write(state, [{ type: "request/config", data: config }])
@@ -208,6 +229,7 @@ function* runStep(state: DriverState, ctx: TurnContext, step: number) {
     : reply.calls.map((call) => ({ ...call, state: "waiting" as const, result: undefined }))
   const hadCalls = calls.length > 0
   const assistantEvent = assistantEventOf(ctx, step, config, reply, calls)
+  const text = ctx.streamedText
   if (ctx.stepSpan !== undefined) stepAttributes(ctx, ctx.stepSpan, reply)
   if (hadCalls) {
     const [logged] = yield* write(state, [assistantEvent])
@@ -229,7 +251,7 @@ function* runStep(state: DriverState, ctx: TurnContext, step: number) {
     ctx.openStep = undefined
     ctx.calls = []
   }
-  const outcome: StepOutcome = { hadCalls, concludes, maxTokens }
+  const outcome: StepOutcome = { hadCalls, concludes, maxTokens, text }
   return outcome
 }
 
@@ -264,10 +286,12 @@ const turnBody = (state: DriverState, ctx: TurnContext) =>
     const maxSteps = deps.options.maxStepsPerTurn ?? 100
     const hasNextStep = () => deps.inbox.sizes().nextStep > 0
     let step = 0
+    let correction: ReadonlyArray<UserMessage> = []
     while (true) {
       if (step >= maxSteps) return { kind: "max-steps" } as TurnEndReason
       step++
-      const ended = yield* enterStep(state, ctx, step)
+      const ended = yield* enterStep(state, ctx, step, correction)
+      correction = []
       if (ended !== undefined) return ended
       // OBS-01: a span per step only when a tracer is installed (no operation added otherwise, B5)
       const stepped = ctx.span === undefined ? yield* runStep(state, ctx, step) : yield* tracedStep(state, ctx, step)
@@ -279,9 +303,48 @@ const turnBody = (state: DriverState, ctx: TurnContext) =>
       // the turn is about to stop: turnStopping hooks may steer it on
       yield* Effect.interruptible(deps.hooks.runTurnStopping({ agent, turn: ctx.turn }))
       if (hasNextStep()) continue
-      return maxTokens ? { kind: "max-tokens" } as TurnEndReason : completed
+      if (maxTokens) return { kind: "max-tokens" } as TurnEndReason
+      // OUT-01/02: a typed turn completes with an answer that decodes, else corrects or fails (a
+      // tool that concluded the turn gave its answer)
+      const checked = hadCalls ? undefined : checkAnswer(state, ctx, step, stepped.text)
+      if (checked === undefined) return completed
+      if ("kind" in checked) return checked
+      correction = [checked]
     }
   })
+
+/** OUT-01: the turn's output format (its own, else the agent's) and the Schema that decodes it. */
+const outputOf = (state: DriverState, ctx: TurnContext) =>
+  ctx.ask.output !== undefined ? { output: ctx.ask.output, schema: ctx.ask.schema } : turnOptions.agentOutput(state)
+
+/**
+ * OUT-01/02: nothing when the turn has no output format or its last answer decodes; else the
+ * correction message of the next step while `outputRetries` allows one, then the `OUTPUT_INVALID`
+ * end reason.
+ */
+const checkAnswer = (
+  state: DriverState,
+  ctx: TurnContext,
+  step: number,
+  text: string
+): UserMessage | TurnEndReason | undefined => {
+  const { output, schema } = outputOf(state, ctx)
+  if (output === undefined) return undefined
+  const decoded = turnOptions.decodeOutput(text, schema)
+  if (decoded._tag === "Right") return undefined
+  const retries = state.deps.options.outputRetries ?? turnOptions.defaultOutputRetries
+  if (ctx.ask.corrections < retries) {
+    ctx.ask.corrections++
+    return turnOptions.correctionMessage(ctx.turn, step, output, decoded.left)
+  }
+  return {
+    kind: "error",
+    error: {
+      code: "OUTPUT_INVALID",
+      message: `the answer is not valid ${output.name} output after ${retries} correction(s): ${decoded.left}`
+    }
+  }
+}
 
 /** SPEC §9: the `error` end reason of a turn that failed (a model error, a hook's failure, a defect). */
 const errorReason = (cause: Cause.Cause<unknown>): TurnEndReason => {

@@ -13,6 +13,8 @@ import type { CoreEventInput } from "../../../SessionEvent.js"
 import type * as Tool from "../../../Tool.js"
 import type { Lock } from "../../lock.js"
 import type { DriverState } from "./state.js"
+import type { TurnAsk } from "./turnOptions.js"
+import { emptyAsk } from "./turnOptions.js"
 
 /** A finished call's result, and the error it records (TOOL contracts, DUR-02). @internal */
 export interface ToolOutcome {
@@ -49,6 +51,8 @@ export class TurnContext {
   stepSpan: Tracer.Span | undefined = undefined
   inputTokens = 0
   outputTokens = 0
+  /** APP-04, OUT-01/02: the turn's own settings and output, and its correction steps. */
+  readonly ask: TurnAsk = emptyAsk()
   constructor(readonly turn: number) {}
 }
 

@@ -6,7 +6,7 @@
  * @internal
  */
 import { Data, Effect, FiberRef, Option, Scope, Stream } from "effect"
-import type { Agent, AgentHandle, AgentOptions, AgentSetup, SendOptions, SpawnOptions } from "../../../Agent.js"
+import type { Agent, AgentHandle, AgentOptions, AgentSetup, RunOptions, SendOptions, SpawnOptions } from "../../../Agent.js"
 import * as AgentError from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
 import type { AgentPublisher } from "../../../AgentRegistry.js"
@@ -212,8 +212,13 @@ class LiveAgent implements Agent {
     this.send = (message: Message.UserMessage, second?: SendOptions | InboxTarget | undefined, wake?: boolean) =>
       typeof second === "string"
         ? driver.send(message, second, wake === true)
+        : second?.settings !== undefined || second?.output !== undefined
+        ? driver.sendWith(message, second.target ?? "next-turn", second.wake ?? true, second)
         : driver.send(message, second?.target ?? "next-turn", second?.wake ?? true)
-    this.followup = (message) => driver.send(message, "next-turn", true)
+    this.followup = (message, options) =>
+      options?.settings !== undefined || options?.output !== undefined
+        ? driver.sendWith(message, "next-turn", true, options)
+        : driver.send(message, "next-turn", true)
     this.steer = (message) => driver.send(message, "next-step", true)
     this.inject = (message) => driver.send(message, "next-step", false)
     this.cancel = (cause, cancelOptions) => driver.cancel(cause, cancelOptions)
@@ -244,12 +249,15 @@ class LiveAgent implements Agent {
   /** APP-01 (internal/agent/run.ts); verbs made when read, so an agent that never runs holds none (B2). */
   get run(): Agent["run"] {
     const deps = runDepsOf(this)
-    return (message, runOptions) =>
+    // one implementation for both signatures: a completed run with `output` has it decoded (OUT-01)
+    const runOf = (message: Message.UserMessage | string, runOptions?: RunOptions | undefined) =>
       run.run(
         deps,
         typeof message === "string" ? user(message, { id: runOptions?.messageId }) : message,
-        runOptions?.cancelOnInterrupt === true
+        runOptions?.cancelOnInterrupt === true,
+        runOptions
       )
+    return runOf as Agent["run"]
   }
   /** APP-02 (internal/agent/stream.ts) */
   get stream(): Agent["stream"] {

@@ -18,6 +18,7 @@ import { Model } from "../../../Model.js"
 import * as Repair from "../../../Repair.js"
 import * as SessionError from "../../../SessionError.js"
 import type { SessionEvent } from "../../../SessionEvent.js"
+import type * as SessionEventModule from "../../../SessionEvent.js"
 import type { SessionWriter } from "../../../SessionPersistence.js"
 import { SessionPersistence } from "../../../SessionPersistence.js"
 import { SessionStore } from "../../../SessionStore.js"
@@ -37,32 +38,43 @@ import { inCommitRef, ownRef, publishingRef, stillWanted, unwanted } from "./sta
 import { abortCreation } from "./teardown.js"
 import { abandon } from "./timeout.js"
 import { handleOf, publish, runSetup, transaction } from "./transaction.js"
+import * as turnOptions from "../driver/turnOptions.js"
 
 /** CORE-08, PUB-10: the options as their Schema decodes them, or `InvalidAgentOptions` naming each bad field. */
 const validateOptions: (
   options: AgentOptions | undefined
 ) => Either.Either<AgentOptions, AgentError.InvalidAgentOptions> = internalOptions.decodeAgentOptions
 
-/** The route of the last `request/config` of a log (RES-07/08). */
-const storedRoute = (events: ReadonlyArray<SessionEvent>): Partial<Tool.Route> => {
+/**
+ * The route of the last `request/config` of a log (RES-07/08): the last that is not a turn's own
+ * (APP-04: a message's settings and output end with its turn), with its settings and output
+ * (OUT-01); when every config is a turn's own, only the last one's provider, model and system.
+ */
+const storedRoute = (events: ReadonlyArray<SessionEvent>): turnOptions.StoredRoute => {
+  let turnOnly: (typeof SessionEventModule.RequestConfig.Type)["data"] | undefined
   for (let i = events.length - 1; i >= 0; i--) {
     const event = events[i]!
-    if (event.type === "request/config") {
-      const data = event.data as {
-        readonly provider: string
-        readonly model: string
-        readonly maxTokens?: number
-        readonly system?: string
-      }
-      return {
-        provider: data.provider,
-        model: data.model,
-        ...(data.maxTokens !== undefined ? { maxTokens: data.maxTokens } : {}),
-        ...(data.system !== undefined ? { system: data.system } : {})
-      }
+    if (event.type !== "request/config") continue
+    const data = event.data as (typeof SessionEventModule.RequestConfig.Type)["data"]
+    if (data.turnOnly === true) {
+      turnOnly ??= data
+      continue
+    }
+    return {
+      provider: data.provider,
+      model: data.model,
+      ...(data.maxTokens !== undefined ? { maxTokens: data.maxTokens } : {}),
+      ...(data.system !== undefined ? { system: data.system } : {}),
+      ...(data.settings !== undefined ? { settings: data.settings } : {}),
+      ...(data.output !== undefined ? { output: data.output } : {})
     }
   }
-  return {}
+  if (turnOnly === undefined) return {}
+  return {
+    provider: turnOnly.provider,
+    model: turnOnly.model,
+    ...(turnOnly.system !== undefined ? { system: turnOnly.system } : {})
+  }
 }
 
 /**
@@ -105,13 +117,26 @@ const routeAccepted = <A, E, R>(
   then: Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | AgentError.InvalidAgentOptions, R> => {
   const model = loop.model
-  if (model.validateRoute === undefined || options.provider === undefined || options.model === undefined) return then
+  // APP-04: the provider must take every setting the agent asks for (never dropped)
+  const settings = options.settings === undefined
+    ? then
+    : Effect.zipRight(
+      turnOptions.settingsAccepted(
+        model,
+        options.provider,
+        options.model,
+        turnOptions.agentSettings(options, {}).settings,
+        turnOptions.agentSettings(options, {}).maxTokens
+      ),
+      then
+    )
+  if (model.validateRoute === undefined || options.provider === undefined || options.model === undefined) return settings
   return Effect.zipRight(
     Effect.mapError(
       model.validateRoute(options.provider, options.model),
       (refused) => new AgentError.InvalidAgentOptions({ reason: refused.message })
     ),
-    then
+    settings
   )
 }
 
