@@ -45,7 +45,9 @@ describe("CI (DOC-04)", () => {
       const lines = commands(script)
 
       // Node 24: the registry's `node` package (its platform package brings the binary and the headers)
-      const install = lineOf(lines, /^npm install --prefix "\$NODE24_DIR" .*\bnode@24\b/)
+      const install = lineOf(lines, /^npm install --prefix "\$NODE24_DIR" .*"node@\$NODE24_VERSION"/)
+      const pinned = /^NODE24_VERSION=(\d+)\.(\d+)\.\d+$/.exec(lines[lineOf(lines, /^NODE24_VERSION=/)]!)
+      assert.strictEqual(pinned?.[1], "24", "a Node 24 release")
       lineOf(lines, /find "\$NODE24_DIR\/node_modules" -path '\*\/include\/node\/node_api\.h'/)
       // the addon, built in a copy by npm's node-gyp running on Node 24, against those headers only
       const build = lineOf(lines, /"\$NODE24" "\$NODE_GYP" rebuild --release/)
