@@ -6,7 +6,10 @@
  * crash interrupted are brought back at start. See the README's "Serving agents over HTTP" for a
  * `curl` walkthrough.
  *
- *   npx tsx examples/server.ts [--dir ./.sessions] [--port 8787]
+ *   npx tsx examples/server.ts [--dir ./.sessions] [--port 8787] [--host 127.0.0.1]
+ *
+ * It listens on 127.0.0.1 (this machine only) unless `--host` says otherwise (`--host 0.0.0.0`: every
+ * interface — then set `EFFECT_AGENT_TOKEN`).
  *
  * The model: OpenAI or a compatible endpoint when `OPENAI_API_KEY` is set (`OPENAI_BASE_URL`,
  * `EFFECT_AGENT_MODEL`), Anthropic when `ANTHROPIC_API_KEY` is set, else a scripted model that
@@ -50,6 +53,7 @@ const ServerLive = Layer.unwrapEffect(Effect.gen(function*() {
   const { layer: ModelLive, route } = yield* chooseModel
   const authenticate = yield* authentication
   const port = Number(argument("port", "8787"))
+  const host = argument("host", "127.0.0.1")
   // files in --dir; every agent the host activates uses the chosen route unless created with its own
   const Runtime = NodeFileSessionPersistence.layerRuntime({ directory: argument("dir", "./.sessions") }).pipe(
     Layer.provide(ModelLive)
@@ -62,7 +66,7 @@ const ServerLive = Layer.unwrapEffect(Effect.gen(function*() {
   return HttpApi.layerServer({ authenticate }).pipe(
     HttpServer.withLogAddress,
     Layer.provide(Gateway),
-    Layer.provide(NodeHttpServer.layer(() => (server = createServer()), { port }))
+    Layer.provide(NodeHttpServer.layer(() => (server = createServer()), { port, host }))
   )
 }))
 

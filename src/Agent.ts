@@ -18,6 +18,7 @@ import type { Session } from "./Session.js"
 import type { SessionAppendError } from "./SessionError.js"
 import type { CancelCause, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
 import type { LoopHooksShape, ToolRegistryShape } from "./Tool.js"
+import type { TurnPart } from "./TurnPart.js"
 import type { TurnResult, TypedTurnResult } from "./TurnResult.js"
 
 /**
@@ -304,6 +305,19 @@ export interface Agent {
     ): Effect.Effect<TypedTurnResult<A>, AgentError.RunError>
     (message: UserMessage | string, options?: RunOptions | undefined): Effect.Effect<TurnResult, AgentError.RunError>
   }
+  /**
+   * `run` as a stream of the claiming turn's parts (APP-02): `TextDelta`, `ReasoningDelta`,
+   * `ToolCallStarted`, `ToolCallFinished`, `Retry`, `StepFinished` and, last, `TurnFinished` with
+   * the `TurnResult`; it fails as `run` does. It listens before it sends, so no part is lost, and
+   * two streams on one agent each see only their own turn. The message is sent when the stream
+   * starts; a consumer that stops early leaves the turn running unless `cancelOnInterrupt`.
+   *
+   * @since 0.3.0
+   */
+  readonly stream: (
+    message: UserMessage | string,
+    options?: RunOptions | undefined
+  ) => Stream.Stream<TurnPart, AgentError.RunError>
   /**
    * The result of turn `turn`, derived from the log (APP-01): the same value `run` returned for it,
    * also after a restart; `None` while it runs or when there is no such turn.

@@ -12,14 +12,15 @@
 import type { Scope, Stream } from "effect"
 import { Context, Duration, Layer, Schema } from "effect"
 import type { Effect } from "effect"
-import type { Agent, AgentOptions, AgentSetup } from "./Agent.js"
+import type { Agent, AgentOptions, AgentSetup, RunOptions } from "./Agent.js"
 import type * as AgentError from "./AgentError.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
 import * as internal from "./internal/host/host.js"
-import type { InvalidSessionId, SessionId } from "./Message.js"
+import type { InvalidSessionId, SessionId, UserMessage } from "./Message.js"
 import type { JsonRecord, SessionEvent } from "./SessionEvent.js"
 import type * as SessionError from "./SessionError.js"
 import type { Session } from "./Session.js"
+import type { TurnResult } from "./TurnResult.js"
 
 /**
  * The host is at `maxLive` with every live agent busy, and no slot freed within
@@ -174,6 +175,14 @@ export interface HostOptions<R = never> {
   readonly recoverConcurrency?: number | undefined
   /** Call `agent.wake` on every agent the host resumes (HOST-03). Default true. */
   readonly wakeOnActivate?: boolean | undefined
+  /**
+   * APP-06: `get`, `use` and `run` of an id that is not stored create it with `agentOptions` (as if
+   * given empty create options). Default false: such an id fails `SessionNotFound`, whose message
+   * says how to create it.
+   *
+   * @since 0.3.0
+   */
+  readonly createOnDemand?: boolean | undefined
   /** The options of every activation (resume: they override the stored route, RES-07). */
   readonly agentOptions?: AgentOptions | undefined
   /** Runs for every activation, created or resumed, like `CreateOptions.setup` (tools, hooks, …). */
@@ -244,6 +253,19 @@ export class AgentHost extends Context.Tag("effect-agent/AgentHost")<AgentHost, 
    * @since 0.2.0
    */
   readonly remove: (id: SessionId | string) => Effect.Effect<void, RemoveError>
+  /**
+   * `agent.run` through `use` (APP-05): activates the agent (creating it with `create`, or on demand,
+   * APP-06), holds it live while its turn runs, and returns that turn's `TurnResult` (or fails
+   * `TurnFailed`, as `run` does).
+   *
+   * @since 0.3.0
+   */
+  readonly run: (
+    id: SessionId | string,
+    message: UserMessage | string,
+    options?: RunOptions | undefined,
+    create?: CreateOptions | undefined
+  ) => Effect.Effect<TurnResult, AgentError.RunError | GetError>
   /** Passivates a live agent now, whatever it is doing (inbox kept, LIFE-06); false when it was not live. */
   readonly passivate: (id: SessionId | string) => Effect.Effect<boolean>
   /** The ids of the live agents, least recently used first. */
@@ -295,5 +317,6 @@ export const defaults = {
   drainTimeout: Duration.seconds(30),
   recover: false,
   recoverConcurrency: 16,
-  wakeOnActivate: true
+  wakeOnActivate: true,
+  createOnDemand: false
 } as const

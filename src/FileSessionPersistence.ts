@@ -8,7 +8,7 @@
 import { FileSystem, Path } from "@effect/platform"
 import type { PlatformError } from "@effect/platform/Error"
 import type { Array as Arr } from "effect"
-import { Deferred, Effect, Either, Layer, Option, Stream } from "effect"
+import { Chunk, Deferred, Effect, Either, Layer, Option, Stream } from "effect"
 import * as os from "node:os"
 import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentRuntime from "./AgentRuntime.js"
@@ -21,13 +21,14 @@ import { encode, headerLine } from "./internal/storage/file/jsonl.js"
 import type { ListEntry } from "./internal/storage/listing.js"
 import { unreadable } from "./internal/storage/listing.js"
 import * as recordSize from "./internal/log/recordSize.js"
+import * as truncation from "./internal/log/truncation.js"
 import { storedHeader } from "./internal/log/eventCodec.js"
 import type { SessionId } from "./Message.js"
 import type { Model } from "./Model.js"
 import { sessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
-import type { SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
+import type { CorruptTail, SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import { assertSessionId, discardRefused, inWriterScope } from "./internal/storage/writerScope.js"
 
@@ -662,6 +663,102 @@ const removeIn = (s: FileLayer, id: SessionId) =>
       Effect.catchIf(fileLock.isNotFound, () => Effect.void),
       Effect.mapError(fileLock.persistenceError(`removing ${file}`))
     )
+    // DOC-02: the summary goes with its log
+    yield* hostFileSummary.removeSidecar(s, id)
+  }))
+
+// -------------------------------------------------------------------------------------------------
+// DOC-05: past a corrupt record
+
+/** Where line `line` (1-based) of `file` starts, streaming the file (DUR-05); undefined past its end. */
+const lineStart = (s: FileLayer, file: string, line: number) =>
+  Effect.suspend(() => {
+    let seen = 1
+    let read = 0
+    let at: number | undefined = line === 1 ? 0 : undefined
+    return s.fs.stream(file).pipe(
+      Stream.runForEachWhile((chunk) =>
+        Effect.sync(() => {
+          for (let i = 0; i < chunk.length && at === undefined; i++) {
+            if (chunk[i] === 0x0a && ++seen === line) at = read + i + 1
+          }
+          read += chunk.length
+          return at === undefined
+        })
+      ),
+      Effect.map(() => at),
+      Effect.mapError(fileLock.persistenceError(`reading ${file}`))
+    )
+  })
+
+/** The bytes of `file` from `offset` to its end. */
+const bytesFrom = (s: FileLayer, file: string, offset: number) =>
+  s.fs.stream(file, { offset: BigInt(offset) }).pipe(
+    Stream.runCollect,
+    Effect.map((chunks) => {
+      const out = new Uint8Array(Chunk.reduce(chunks, 0, (total, chunk) => total + chunk.length))
+      let at = 0
+      for (const chunk of chunks) {
+        out.set(chunk, at)
+        at += chunk.length
+      }
+      return out
+    }),
+    Effect.mapError(fileLock.persistenceError(`reading ${file}`))
+  )
+
+/** The cut of a corrupt file log: where it starts and what it drops; refused if a dropped record is newer. */
+const corruptTailOf = (s: FileLayer, id: SessionId, corrupt: SessionError.SessionCorrupt) =>
+  Effect.gen(function*() {
+    const file = dataPath(s, id)
+    // a header that cannot be read leaves nothing to keep: inspect it by hand
+    if (corrupt.line <= 1) return yield* corrupt
+    const offset = yield* lineStart(s, file, corrupt.line)
+    if (offset === undefined) return yield* corrupt
+    const data = yield* bytesFrom(s, file, offset)
+    const records = truncation.recordsOf(data, corrupt.line)
+    const newer = truncation.newerFormatAmong(id, records)
+    if (newer !== undefined) return yield* newer
+    return {
+      id,
+      line: corrupt.line,
+      seq: corrupt.line - 2,
+      reason: corrupt.reason,
+      keptEvents: corrupt.line - 2,
+      keptBytes: offset,
+      dropped: records.map((record) => ({ line: record.line, bytes: record.bytes })),
+      droppedBytes: data.length,
+      data
+    } satisfies CorruptTail
+  })
+
+/**
+ * DOC-05: under the session's lock, a log whose read fails `SessionCorrupt` is cut at the corrupt
+ * record once `keep` has what is dropped; the file is synced and its summary sidecar removed.
+ */
+const truncateIn = <E>(s: FileLayer, id: SessionId, keep: (cut: CorruptTail) => Effect.Effect<void, E>) =>
+  Effect.scoped(Effect.gen(function*() {
+    if ((yield* identify(s, id))._tag === "Absent") return yield* new SessionError.SessionNotFound({ id })
+    yield* lockSession(s, id)
+    const file = dataPath(s, id)
+    const read = yield* Effect.scoped(Effect.flatMap(openData(s, id, "r"), (handle) => readLogFrom(s, id, handle))).pipe(
+      Effect.as(undefined),
+      Effect.catchTag("SessionCorrupt", (corrupt) => Effect.succeed(corrupt))
+    )
+    if (read === undefined) return Option.none<CorruptTail>()
+    const cut = yield* corruptTailOf(s, id, read)
+    yield* keep(cut)
+    const handle = yield* openData(s, id, "r+")
+    yield* handle.truncate(BigInt(cut.keptBytes)).pipe(
+      Effect.zipRight(handle.sync),
+      Effect.mapError(fileLock.persistenceError(`truncating ${file}`))
+    )
+    yield* hostFileSummary.removeSidecar(s, id)
+    yield* Effect.logWarning(
+      `effect-agent: session ${id}: dropped ${cut.dropped.length} record(s) (${cut.droppedBytes} bytes) from line ` +
+        `${cut.line}, the first corrupt record (${cut.reason})`
+    )
+    return Option.some(cut)
   }))
 
 /** The service over the layer's state; each method traced (`Effect.fn`). */
@@ -696,6 +793,10 @@ const serviceOf = (s: FileLayer) => {
       if ((yield* identify(s, id))._tag === "Absent") return
       yield* removeIn(s, id)
     }),
+    truncateAtCorruption: <E>(id: SessionId, keep: (cut: CorruptTail) => Effect.Effect<void, E>) =>
+      Effect.flatMap(assertSessionId(id, "a session file"), () => truncateIn(s, id, keep)).pipe(
+        Effect.withSpan("FileSessionPersistence.truncateAtCorruption")
+      ),
     summaries
   })
 }

@@ -18,7 +18,8 @@ import {
   HttpApiGroup,
   HttpApiMiddleware,
   HttpApiSchema,
-  HttpApiSecurity
+  HttpApiSecurity,
+  OpenApi
 } from "@effect/platform"
 import type { Duration, Effect, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import { Context, Schema } from "effect"
@@ -27,6 +28,7 @@ import * as AgentHost from "./AgentHost.js"
 import * as problems from "./internal/http/problem.js"
 import * as server from "./internal/http/server.js"
 import * as sse from "./internal/http/sse.js"
+import { VERSION } from "./internal/version.js"
 import { InvalidSessionId, type SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import * as Gateway from "./SessionGateway.js"
@@ -383,6 +385,8 @@ export class Api extends HttpApi.make("effect-agent")
   .add(SessionsGroup)
   .addError(problem(Gateway.InvalidRequest))
   .addError(problem(PayloadTooLarge))
+  // DOC-02: the document is titled and versioned as the package is
+  .annotateContext(OpenApi.annotations({ title: "effect-agent", version: VERSION }))
 {}
 
 // -------------------------------------------------------------------------------------------------

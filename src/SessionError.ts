@@ -45,10 +45,20 @@ export class SessionAlreadyExists extends Schema.TaggedError<SessionAlreadyExist
  */
 export class SessionNotFound extends Schema.TaggedError<SessionNotFound>("effect-agent/SessionNotFound")(
   "SessionNotFound",
-  { id: Schema.String }
+  {
+    id: Schema.String,
+    /**
+     * How to create it where it was looked up (APP-06: the host names its create argument and its
+     * `createOnDemand` option).
+     *
+     * @since 0.3.0
+     */
+    hint: Schema.optional(Schema.String)
+  }
 ) {
   override get message(): string {
-    return `session ${JSON.stringify(this.id)} is not stored; create it first`
+    return `session ${JSON.stringify(this.id)} not found: no session is stored under this id; ` +
+      (this.hint ?? "check the id and the store")
   }
 }
 

@@ -4,10 +4,11 @@
  *
  * @since 0.1.0
  */
-import type { Array as Arr, Stream } from "effect"
+import type { Array as Arr, Option, Stream } from "effect"
 import { Context, Effect, Either, Layer, Scope, Stream as S } from "effect"
 import * as internalOptions from "./internal/options.js"
 import * as recordSize from "./internal/log/recordSize.js"
+import * as summary from "./internal/log/summary.js"
 import type { SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
@@ -220,6 +221,29 @@ export class SessionPersistence extends Context.Tag("effect-agent/SessionPersist
    */
   readonly summaries?: Stream.Stream<RecoverySummary | UnreadableSession, SessionError.PersistenceError> | undefined
   /**
+   * DOC-05 (since 0.3.0, optional): an operator's way past a corrupt record. Under the session's
+   * writer lock, reads the log; when a stored record (not a torn tail) is corrupt, hands `keep` what
+   * would be dropped — that record and every one after it, exactly as stored — and only once `keep`
+   * succeeded (a backup written, say) drops them, so the session ends with the events before it.
+   * A sound log drops nothing: `Option.none()`. It never drops a record of a newer format: one such
+   * record, at the cut or after it, fails `SessionFormatUnsupported`; a corrupt header fails
+   * `SessionCorrupt` (there is nothing to keep). Committed events are lost by design: for operators.
+   */
+  readonly truncateAtCorruption?:
+    | (<E>(
+      id: SessionId,
+      keep: (cut: CorruptTail) => Effect.Effect<void, E>
+    ) => Effect.Effect<
+      Option.Option<CorruptTail>,
+      | E
+      | SessionError.SessionNotFound
+      | SessionError.SessionLocked
+      | SessionError.SessionCorrupt
+      | SessionError.SessionFormatUnsupported
+      | SessionError.PersistenceError
+    >)
+    | undefined
+  /**
    * Deletes a stored session; refuses while a writer holds it. Never deletes another session's
    * data (DUR-07): a stored entry whose header names another session fails `SessionCorrupt` and
    * stays; an id that is not stored (including one that differs from a stored id only by case, on
@@ -229,6 +253,33 @@ export class SessionPersistence extends Context.Tag("effect-agent/SessionPersist
     id: SessionId
   ) => Effect.Effect<void, SessionError.SessionLocked | SessionError.SessionCorrupt | SessionError.PersistenceError>
 }>() {}
+
+/**
+ * What `truncateAtCorruption` drops (DOC-05): the first corrupt record of a session and every
+ * record after it. Lines count as the file store counts them (1 is the header, an event's line is
+ * its seq + 2), on every backend.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface CorruptTail {
+  readonly id: SessionId
+  /** The corrupt record: its line, the seq of its position, and why it was refused. */
+  readonly line: number
+  readonly seq: number
+  readonly reason: string
+  /** The events kept: seq 0 up to `seq - 1`, and their stored size in bytes (the header included). */
+  readonly keptEvents: number
+  readonly keptBytes: number
+  /** Each record dropped, in order: its line and its size in bytes as stored (a torn tail too). */
+  readonly dropped: ReadonlyArray<{ readonly line: number; readonly bytes: number }>
+  readonly droppedBytes: number
+  /**
+   * The dropped records as stored: for a file, its bytes from the cut to its end (appending them
+   * restores it); for SQL, each dropped row's record text on a line.
+   */
+  readonly data: Uint8Array
+}
 
 /** The lock of one memory writer: which instance holds it, and which of its writers. */
 interface MemoryLock {
@@ -243,6 +294,15 @@ interface MemoryEntry {
   bytes: number
   updatedAt: number
   lock: MemoryLock | undefined
+  /** HOST-04: the recovery summary, folded as events are appended (recovery reads no log). */
+  summary: summary.SummaryState
+}
+
+/** HOST-04: a summary folded from scratch (after `truncate`). */
+const summaryFrom = (header: SessionHeader, events: ReadonlyArray<SessionEvent>): summary.SummaryState => {
+  const state = summary.emptyState()
+  for (const event of events) summary.foldEvent(state, event.seq, event.type, event.data, header.seedLength)
+  return state
 }
 
 /**
@@ -286,6 +346,7 @@ export const makeMemoryStorage: Effect.Effect<MemoryStorage> = Effect.sync(() =>
         if (entry === undefined) return
         entry.events.length = Math.min(entry.events.length, length)
         entry.bytes = sizeOf(entry.header, entry.events)
+        entry.summary = summaryFrom(entry.header, entry.events)
       })
   }
 })
@@ -356,7 +417,10 @@ const appendMemory = (
   const added = recordSize.recordsBytes(records.right)
   const full = recordSize.overLimit(id, entry.bytes, added, layer.limits.maxSessionBytes)
   if (full !== undefined) return Effect.fail(full)
-  for (const event of events) entry.events.push(event)
+  for (const event of events) {
+    entry.events.push(event)
+    summary.foldEvent(entry.summary, event.seq, event.type, event.data, entry.header.seedLength)
+  }
   entry.bytes += added
   entry.updatedAt = Date.now()
   return Effect.void
@@ -406,7 +470,8 @@ const createMemory = (layer: MemoryLayer, header: SessionHeader) =>
       events: [],
       bytes: recordSize.headerBytes(header),
       updatedAt: Date.now(),
-      lock: undefined
+      lock: undefined,
+      summary: summary.emptyState()
     }
     layer.sessions.set(header.id, entry)
     return acquireMemory(layer, header.id, entry, true)
@@ -440,6 +505,12 @@ const memoryPersistence = (layer: MemoryLayer) => {
           eventCount: entry.events.length,
           updatedAt: entry.updatedAt
         }))
+      )
+    ),
+    // HOST-04: the summaries kept as events were appended; no log is read
+    summaries: S.suspend(() =>
+      S.fromIterable(
+        Array.from(sessions.entries(), ([id, entry]) => summary.summaryOf(id as SessionId, entry.summary))
       )
     ),
     exists: (id) => Effect.sync(() => sessions.has(id)),

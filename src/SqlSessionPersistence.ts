@@ -20,6 +20,7 @@ import * as committer from "./internal/storage/sql/committer.js"
 import * as lock from "./internal/lock.js"
 import * as internalOptions from "./internal/options.js"
 import * as recordSize from "./internal/log/recordSize.js"
+import * as truncation from "./internal/log/truncation.js"
 import * as lease from "./internal/storage/sql/lease.js"
 import { namedSession } from "./internal/storage/file/jsonl.js"
 import type { ListEntry } from "./internal/storage/listing.js"
@@ -48,7 +49,7 @@ import { sessionId } from "./Message.js"
 import type { Model } from "./Model.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent, SessionHeader } from "./SessionEvent.js"
-import type { SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
+import type { CorruptTail, SessionWriter, SizeLimits, StoredSession } from "./SessionPersistence.js"
 import { SessionPersistence } from "./SessionPersistence.js"
 import { assertSessionId, discardRefused, inWriterScope } from "./internal/storage/writerScope.js"
 
@@ -521,6 +522,74 @@ const removeIn = (s: SqlLayer, id: SessionId) =>
       Effect.fail(persistenceError(`removing session ${JSON.stringify(id)}`)(error)))
     )))
 
+// -------------------------------------------------------------------------------------------------
+// DOC-05: past a corrupt record
+
+const utf8 = new TextEncoder()
+
+/** A stored record's text as the backup holds it (a record that is not text is shown as JSON). */
+const recordText = (record: unknown): string => (typeof record === "string" ? record : JSON.stringify(record) ?? "")
+
+/**
+ * The cut of a corrupt log: the row at the corrupt position and every one after it (the rows before
+ * it hold seqs 0..seq-1, so the `seq` column of each dropped row is at least `seq`); refused if a
+ * dropped record is of a newer format. Sizes count as the file store's lines do.
+ */
+const corruptTailOf = (s: SqlLayer, id: SessionId, corrupt: SessionError.SessionCorrupt) =>
+  Effect.gen(function*() {
+    if (corrupt.line <= 1) return yield* corrupt
+    const seq = corrupt.line - 2
+    const what = `reading session ${JSON.stringify(id)}`
+    const header = yield* Effect.mapError(headerRow(s, id), persistenceError(what))
+    const rows = yield* Effect.mapError(s.eventRows(id), persistenceError(what))
+    const lines = rows.map((row) => `${recordText(row.record)}\n`)
+    const kept = lines.slice(0, seq)
+    const dropped = lines.slice(seq)
+    const newer = truncation.newerFormatAmong(
+      id,
+      dropped.map((text, i) => ({ line: corrupt.line + i, text: text.slice(0, -1) }))
+    )
+    if (newer !== undefined) return yield* newer
+    const data = utf8.encode(dropped.join(""))
+    return {
+      id,
+      line: corrupt.line,
+      seq,
+      reason: corrupt.reason,
+      keptEvents: seq,
+      keptBytes: utf8.encode(`${recordText(header?.header)}\n${kept.join("")}`).length,
+      dropped: dropped.map((text, i) => ({ line: corrupt.line + i, bytes: utf8.encode(text).length })),
+      droppedBytes: data.length,
+      data
+    } satisfies CorruptTail
+  })
+
+/**
+ * DOC-05: under the session's lease, a log whose read fails `SessionCorrupt` loses the rows from the
+ * corrupt one on (in one transaction) once `keep` has them.
+ */
+const truncateIn = <E>(s: SqlLayer, id: SessionId, keep: (cut: CorruptTail) => Effect.Effect<void, E>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const stored = yield* Effect.mapError(headerRow(s, id), persistenceError(`reading session ${JSON.stringify(id)}`))
+    if (stored === undefined) return yield* new SessionError.SessionNotFound({ id })
+    yield* takeLease(s, id)
+    const corrupt = yield* readLog(s, id).pipe(
+      Effect.as(undefined),
+      Effect.catchTag("SessionCorrupt", (error) => Effect.succeed(error))
+    )
+    if (corrupt === undefined) return Option.none<CorruptTail>()
+    const cut = yield* corruptTailOf(s, id, corrupt)
+    yield* keep(cut)
+    yield* s.sql`DELETE FROM effect_agent_events WHERE session_id = ${id} AND seq >= ${cut.seq}`.pipe(
+      Effect.mapError(persistenceError(`truncating session ${JSON.stringify(id)}`))
+    )
+    yield* Effect.logWarning(
+      `effect-agent: session ${id}: dropped ${cut.dropped.length} record(s) (${cut.droppedBytes} bytes) from seq ` +
+        `${cut.seq}, the first corrupt record (${cut.reason})`
+    )
+    return Option.some(cut)
+  }))
+
 /** The service over the layer's state; each method traced (`Effect.fn`). */
 const serviceOf = (s: SqlLayer) => {
   const exists = Effect.fn("SqlSessionPersistence.exists")(function*(id: SessionId) {
@@ -557,6 +626,10 @@ const serviceOf = (s: SqlLayer) => {
       if (!(yield* exists(id))) return
       yield* removeIn(s, id)
     }),
+    truncateAtCorruption: <E>(id: SessionId, keep: (cut: CorruptTail) => Effect.Effect<void, E>) =>
+      Effect.flatMap(assertSessionId(id, "a stored session"), () => truncateIn(s, id, keep)).pipe(
+        Effect.withSpan("SqlSessionPersistence.truncateAtCorruption")
+      ),
     // HOST-04: recovery summaries as a query
     summaries: hostSqlSummary.summaries(s.sql)
   })

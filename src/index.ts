@@ -111,3 +111,8 @@ export * as SessionGateway from "./SessionGateway.js"
  * @since 0.3.0
  */
 export * as TurnResult from "./TurnResult.js"
+
+/**
+ * @since 0.3.0
+ */
+export * as TurnPart from "./TurnPart.js"

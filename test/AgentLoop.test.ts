@@ -19,6 +19,7 @@ import * as AgentError from "../src/AgentError.js"
 import * as AgentLoop from "../src/AgentLoop.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import type { AgentPublisher } from "../src/AgentRegistry.js"
+import * as internalAgent from "../src/internal/agent/loop/agent.js"
 import * as internalRegistry from "../src/internal/agent/registry.js"
 import * as AgentRuntime from "../src/AgentRuntime.js"
 import * as Message from "../src/Message.js"
@@ -934,6 +935,65 @@ describe("AgentLoop teardown (LIFE)", () => {
           assert.deepStrictEqual((yield* resumed.agent.inbox.nextTurn).map((m) => m.id), ["m2"])
           yield* resumed.dispose
         }).pipe(Effect.provide(rt2.context))
+      })
+  )
+
+  it.scoped(
+    "CORE-02 closing the agent's lifecycle Scope is the teardown: the steps its creation added run in LIFE-01 order (stop, agent Scope, AgentDisposed, SessionDisposed, writer), and a dispose afterwards finds it done",
+    () =>
+      Effect.gen(function*() {
+        const storage = yield* SessionPersistenceModule.makeMemoryStorage
+        const rt = yield* makeRuntime([Model.hang("partial")], { storage })
+        const trace = yield* Ref.make<ReadonlyArray<string>>([])
+        yield* Effect.gen(function*() {
+          const registry = yield* AgentRegistry
+          const liveness = yield* livenessProbe
+          const feeds = yield* watch({ allAgentEvents: true })
+          const handle = yield* registry.create({
+            sessionId: "core02",
+            options: route,
+            setup: (agent) =>
+              Effect.addFinalizer(() =>
+                Effect.gen(function*() {
+                  const live = yield* registry.get(agent.id)
+                  const status = Option.isSome(live) ? yield* live.value.status : "gone"
+                  const events = yield* agent.session.events
+                  yield* note(trace, `agent-scope-closed ${yield* liveness(agent.id)} status=${status} last=${events[events.length - 1]?.type}`)
+                })
+              )
+          })
+          yield* handle.agent.followup(Message.user("go", { id: "m1" }))
+          yield* rt.model.awaitRequest(1)
+          const lifecycle = internalAgent.lifecycleOf(handle.agent)
+          assert.isDefined(lifecycle, "an agent the loop built has a lifecycle Scope")
+          // the Scope itself, closed from outside any owner: nothing else runs the steps
+          yield* Scope.close(lifecycle!, Exit.void)
+          assert.deepStrictEqual([...(yield* Ref.get(trace)), ...(yield* rt.trace)], [
+            // 1. the driver stopped (the turn ended aborted, the agent idle), 2. then the agent Scope closed
+            "agent-scope-closed agent=true session=true status=idle last=turn/end",
+            // 3. the agent detached before 4. the session, 5. whose writer is released last
+            "session-detach core02 agent-live=false",
+            "writer-released core02 session-live=false free"
+          ])
+          const events = yield* handle.agent.session.events
+          assert.deepStrictEqual(events.filter((e) => e.type === "turn/end").map((e) => e.data), [
+            { turn: 1, reason: { kind: "aborted", cause: { kind: "disposed" } } }
+          ])
+          assert.deepStrictEqual(yield* storage.events(sid("core02")), events)
+          const announced = (yield* feeds.agents.until("AgentDisposed:core02")).filter((line) => line.startsWith("Agent"))
+          assert.strictEqual(announced[announced.length - 1], "AgentDisposed:core02")
+          assert.deepStrictEqual(yield* feeds.sessions.until("SessionDisposed:core02"), [
+            "SessionCreated:core02",
+            "SessionDisposed:core02"
+          ])
+          // the owners' teardown closes the same Scope: nothing runs twice, and it succeeds
+          yield* handle.dispose
+          assert.strictEqual((yield* rt.trace).length, 2, "no step ran again")
+          // LIFE-04: afterwards the id can be resumed
+          const resumed = yield* registry.resume({ sessionId: "core02" })
+          assert.strictEqual(resumed.agent.id, "core02")
+          yield* resumed.dispose
+        }).pipe(Effect.provide(rt.context))
       })
   )
 

@@ -8,15 +8,15 @@
  * @internal
  */
 import { Args, Command, Options } from "@effect/cli"
-import type { FileSystem, Path } from "@effect/platform"
-import { Chunk, Effect, Either, Option, Stream } from "effect"
+import { FileSystem, Path } from "@effect/platform"
+import { Chunk, Clock, Effect, Either, Option, Stream } from "effect"
 import type { Scope } from "effect"
 import * as Message from "../Message.js"
 import type { SessionId } from "../Message.js"
 import * as Repair from "../Repair.js"
 import * as SessionError from "../SessionError.js"
 import type { SessionEvent } from "../SessionEvent.js"
-import type { SessionSummary, UnreadableSession } from "../SessionPersistence.js"
+import type { CorruptTail, SessionSummary, UnreadableSession } from "../SessionPersistence.js"
 import { CommandFailed, ExitCode, exitCodeOf, LiveLockHolder, UsageError } from "./errors.js"
 import * as inspect from "./inspect.js"
 import { fields, iso, progress, table, writeJson, writeStderr, writeStdout } from "./output.js"
@@ -69,7 +69,7 @@ const fail = (flags: Flags, error: Failure) =>
 const withStore = <E extends Failure>(
   flags: Flags,
   access: Access,
-  body: (store: Store) => Effect.Effect<Result, E, Scope.Scope>
+  body: (store: Store) => Effect.Effect<Result, E, Scope.Scope | FileSystem.FileSystem | Path.Path>
 ): Effect.Effect<void, CommandFailed, FileSystem.FileSystem | Path.Path> =>
   Effect.scoped(Effect.flatMap(store.open(flags, access), body)).pipe(
     Effect.flatMap((result) => (flags.json ? writeJson(result.json) : writeStdout(result.human))),
@@ -87,7 +87,7 @@ const onSession = <E extends Failure>(
   flags: Flags,
   raw: string,
   access: Access,
-  body: (store: Store, id: SessionId) => Effect.Effect<Result, E, Scope.Scope>
+  body: (store: Store, id: SessionId) => Effect.Effect<Result, E, Scope.Scope | FileSystem.FileSystem | Path.Path>
 ) =>
   Effect.flatMap(Effect.either(parseId(raw)), (id) =>
     Either.isLeft(id) ? fail(flags, id.left) : withStore(flags, access, (opened) => body(opened, id.right)))
@@ -299,10 +299,131 @@ const repairSession = (opened: Store, id: SessionId) =>
     } satisfies Result
   })
 
-const repair = Command.make("repair", { ...storeFlags, id: idArg }, ({ id, ...flags }) =>
-  onSession(flags, id, "write", repairSession)).pipe(
-    Command.withDescription("close an interrupted last turn as a resume would, under the session's lock")
+// --- repair --truncate-at-corruption (DOC-05) ---
+
+/** What is dropped, for people: each record's line and size, the first ten of them. */
+const droppedText = (cut: CorruptTail): string => {
+  const shown = cut.dropped.slice(0, 10).map((record) => `line ${record.line} (${record.bytes} bytes)`)
+  const more = cut.dropped.length > 10 ? `, and ${cut.dropped.length - 10} more` : ""
+  return `${shown.join(", ")}${more}`
+}
+
+const truncationJson = (cut: CorruptTail, backup: string) => ({
+  line: cut.line,
+  seq: cut.seq,
+  reason: cut.reason,
+  keptEvents: cut.keptEvents,
+  keptBytes: cut.keptBytes,
+  dropped: cut.dropped,
+  droppedBytes: cut.droppedBytes,
+  backup
+})
+
+/** Writes the dropped records to a new file (never over one) and syncs it before anything is dropped. */
+const writeBackup = (file: string, data: Uint8Array) =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const handle = yield* fs.open(file, { flag: "wx" })
+    yield* handle.writeAll(data)
+    yield* handle.sync
+  }).pipe(
+    Effect.scoped,
+    Effect.mapError((error) =>
+      new SessionError.PersistenceError({
+        reason: `cannot write the backup ${file} (${error.message}); nothing was dropped`,
+        cause: error
+      })
+    )
   )
+
+/**
+ * DOC-05: under the session's lock, the corrupt record and everything after it are described (on
+ * stderr), backed up to a file, and only then dropped. A record of a newer format is never dropped.
+ */
+const truncateSession = (opened: Store, id: SessionId, backupDirectory: Option.Option<string>) =>
+  Effect.gen(function*() {
+    const truncate = opened.persistence.truncateAtCorruption
+    if (truncate === undefined) {
+      return yield* new UsageError({ reason: `${opened.description} cannot truncate a session` })
+    }
+    const path = yield* Path.Path
+    const fs = yield* FileSystem.FileSystem
+    const stamp = new Date(yield* Clock.currentTimeMillis).toISOString().replace(/[:.]/g, "-")
+    const backup = path.resolve(
+      Option.getOrElse(backupDirectory, () => opened.backupDirectory),
+      opened.backupName(id, stamp)
+    )
+    const cut = yield* truncate(id, (cut) =>
+      Effect.zipRight(
+        Effect.provideService(writeBackup(backup, cut.data), FileSystem.FileSystem, fs),
+        writeStderr(
+          `effect-agent: session ${id}: line ${cut.line} (seq ${cut.seq}) is corrupt: ${cut.reason}\n` +
+            `effect-agent: dropping it and everything after it: ${cut.dropped.length} record(s), ` +
+            `${cut.droppedBytes} bytes: ${droppedText(cut)}\n` +
+            `effect-agent: keeping ${cut.keptEvents} event(s), ${cut.keptBytes} bytes; the dropped records are ` +
+            `backed up in ${backup}`
+        )
+      ))
+    return Option.map(cut, (dropped) => ({ cut: dropped, backup }))
+  })
+
+const repairTruncated = (opened: Store, id: SessionId, backupDirectory: Option.Option<string>) =>
+  Effect.gen(function*() {
+    const truncated = yield* truncateSession(opened, id, backupDirectory)
+    const repaired = yield* repairSession(opened, id)
+    const said = Option.match(truncated, {
+      onNone: () => `session ${id} has no corrupt record: nothing dropped`,
+      onSome: ({ backup, cut }) =>
+        `truncated session ${id} at line ${cut.line} (seq ${cut.seq}): dropped ${cut.dropped.length} record(s), ` +
+        `${cut.droppedBytes} bytes (${droppedText(cut)}); kept ${cut.keptEvents} event(s); backup: ${backup}`
+    })
+    return {
+      json: {
+        ...(repaired.json as Record<string, unknown>),
+        truncated: Option.getOrNull(Option.map(truncated, ({ backup, cut }) => truncationJson(cut, backup)))
+      },
+      human: `${said}\n${repaired.human}`
+    } satisfies Result
+  })
+
+/** A corrupt session refused by `repair`: the message says how to get past it. */
+const withTruncationHint = <A, E extends Failure, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.mapError(effect, (error): Failure =>
+    error._tag === "SessionCorrupt" && (error as unknown as SessionError.SessionCorrupt).line > 1
+      ? {
+        _tag: error._tag,
+        message: `${error.message} To drop this record and everything after it (keeping a backup), run ` +
+          "`effect-agent sessions repair <id> --truncate-at-corruption` with the same store."
+      }
+      : error)
+
+const repair = Command.make(
+  "repair",
+  {
+    ...storeFlags,
+    id: idArg,
+    truncateAtCorruption: Options.boolean("truncate-at-corruption").pipe(
+      Options.withDescription(
+        "first drop a corrupt record and every record after it, printing what is dropped and keeping a backup " +
+          "(a record of a newer format is never dropped)"
+      )
+    ),
+    backupDir: Options.text("backup-dir").pipe(
+      Options.withDescription("where --truncate-at-corruption writes its backup (default: beside the store)"),
+      Options.optional
+    )
+  },
+  ({ backupDir, id, truncateAtCorruption, ...flags }) =>
+    onSession(flags, id, "write", (opened, sessionId) =>
+      truncateAtCorruption
+        ? repairTruncated(opened, sessionId, backupDir)
+        : withTruncationHint(repairSession(opened, sessionId)))
+).pipe(
+  Command.withDescription(
+    "close an interrupted last turn as a resume would, under the session's lock; with --truncate-at-corruption, " +
+      "first drop a corrupt record and everything after it"
+  )
+)
 
 // --- break-lock and rm ---
 
@@ -395,6 +516,7 @@ const sessionsUsage = [
   "  export <id> [--format f]   the session as JSONL or (--format markdown) a transcript",
   "  verify <id>                the checks a resume runs, without writing",
   "  repair <id>                close an interrupted last turn, under the session's lock",
+  "    [--truncate-at-corruption] first drop a corrupt record and all after it (a backup is kept)",
   "  break-lock <id> [--force]  remove the lock of a writer that is gone",
   "  rm <id>                    delete a session",
   "",

@@ -11,24 +11,32 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Cause, Console, Effect, Exit, Logger } from "effect"
 import { command } from "./commands.js"
 import { ExitCode } from "./errors.js"
-import { stderrLogger, writeStderr } from "./output.js"
+import { stderrLogger, writeStderr, writeStdout } from "./output.js"
+import { VERSION } from "../internal/version.js"
 import { stoppedBySignal } from "./serve.js"
 
-const VERSION = "0.2.0"
-
 const cli = Command.run(command, { name: "effect-agent", version: VERSION })
+
+/** Terminal control sequences (colours, cursor moves): `ESC [ … letter`. */
+// eslint-disable-next-line no-control-regex
+const controlSequence = /\x1b\[[0-9;?]*[A-Za-z]/g
+
+/** `text` without terminal control sequences. */
+const plainText = (text: string): string => text.replace(controlSequence, "")
 
 /**
  * SEC-09: what `@effect/cli` refuses (an unknown flag, a bad value) it prints on the console's
  * stderr as a help document; the operator gets it as one line, like every other error of the CLI.
+ * DOC-02: what it prints on stdout (`--help`, `--version`) carries colour codes only to a terminal.
  */
 const oneLineErrors = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Console.consoleWith((console) =>
     Console.withConsole(effect, {
       ...console,
+      log: (...args: ReadonlyArray<unknown>) =>
+        process.stdout.isTTY === true ? console.log(...args) : writeStdout(plainText(args.map(String).join(" "))),
       error: (...args: ReadonlyArray<unknown>) => {
-        // eslint-disable-next-line no-control-regex
-        const text = args.map(String).join(" ").replace(/\x1b\[[0-9;]*m/g, "")
+        const text = plainText(args.map(String).join(" "))
         const line = text.split("\n").map((part) => part.trim()).filter((part) => part !== "").join(" ")
         return line === "" ? Effect.void : writeStderr(`effect-agent: ${line}`)
       }

@@ -195,7 +195,7 @@ export const serve = (
         )
       )
     }
-    const opened = yield* store.open(flags, "write")
+    const opened = yield* store.open(flags, "write", { createSqlite: true })
     const { layer: modelLayer, route } = yield* chooseModel
     const token = yield* tokenOf(flags)
     let nodeServer: Server | undefined
@@ -235,7 +235,9 @@ export const serve = (
     const where = address._tag === "TcpAddress" ? `http://${address.hostname}:${address.port}` : address.path
     yield* writeStdout(
       `effect-agent: serving ${opened.description} at ${where} (model ${route.provider}/${route.model}` +
-        `${Option.isSome(token) ? ", bearer token required" : ""}); OpenAPI at ${where}/openapi.json`
+        `${Option.isSome(token) ? ", bearer token required" : ""}); OpenAPI at ${where}/openapi.json\n` +
+        // DOC-02: where to look first
+        `effect-agent: inspector at ${where}/inspector/`
     )
     return yield* Effect.never
   })

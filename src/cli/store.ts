@@ -60,6 +60,13 @@ export interface Store {
   readonly lockHolder: (id: SessionId) => Effect.Effect<Option.Option<LockHolder>, SessionError.PersistenceError>
   /** The backend's operator tool: removes the lock of `id`, whoever holds it. */
   readonly breakLock: (id: SessionId) => Effect.Effect<void, SessionError.PersistenceError>
+  /**
+   * DOC-05: where a backup of what `repair --truncate-at-corruption` drops goes, unless the
+   * operator names a directory: beside the store (files, SQLite) or the current directory (Postgres).
+   */
+  readonly backupDirectory: string
+  /** The backup's file name for `id` at `stamp`, so the backups of several stores in one directory differ. */
+  readonly backupName: (id: SessionId, stamp: string) => string
 }
 
 const INSTANCE_ID = "effect-agent-cli"
@@ -191,7 +198,10 @@ const openFiles = (directory: string, access: Access) =>
       description: `the session directory ${resolved}`,
       persistence,
       lockHolder: (id) => withPlatform(fileLockHolder(resolved, id)),
-      breakLock: (id) => withPlatform(FileSessionPersistence.breakLock(id, { directory: resolved }))
+      breakLock: (id) => withPlatform(FileSessionPersistence.breakLock(id, { directory: resolved })),
+      backupDirectory: resolved,
+      // not `.jsonl` at the end: the store lists only `<id>.jsonl` files as sessions
+      backupName: (id, stamp) => `${id}.jsonl.dropped-${stamp}`
     } satisfies Store
   })
 
@@ -234,7 +244,8 @@ const sqlLockHolder = (sql: SqlClient, id: SessionId) =>
 const openSql = (
   description: string,
   client: Layer.Layer<SqlClient, unknown>,
-  access: Access
+  access: Access,
+  backups: Pick<Store, "backupDirectory" | "backupName">
 ) =>
   Effect.gen(function*() {
     const built = yield* Layer.build(
@@ -248,7 +259,8 @@ const openSql = (
       description,
       persistence,
       lockHolder: (id) => sqlLockHolder(sql, id),
-      breakLock: (id) => Effect.provide(SqlSessionPersistence.breakLock(id), built)
+      breakLock: (id) => Effect.provide(SqlSessionPersistence.breakLock(id), built),
+      ...backups
     } satisfies Store
   })
 
@@ -291,20 +303,45 @@ const causeText = (cause: Cause.Cause<unknown>): string => {
   return (error instanceof Error ? error.message : String(error)).split("\n")[0]!
 }
 
-const openSqlite = (file: string, access: Access) =>
+/**
+ * Whether `serve` may create the database at `resolved` (DOC-02): nothing is there and its
+ * directory exists. Anything else that is not a file is refused in one line.
+ */
+const mayCreateSqlite = (fs: FileSystem.FileSystem, path: Path.Path, resolved: string) =>
+  Effect.gen(function*() {
+    const type = yield* fs.stat(resolved).pipe(Effect.map((info) => info.type), Effect.orElseSucceed(() => undefined))
+    if (type !== undefined) {
+      return yield* new SessionError.PersistenceError({ reason: `--sqlite ${resolved} is not a file` })
+    }
+    const parent = path.dirname(resolved)
+    const isDirectory = yield* fs.stat(parent).pipe(
+      Effect.map((info) => info.type === "Directory"),
+      Effect.orElseSucceed(() => false)
+    )
+    if (!isDirectory) {
+      return yield* new SessionError.PersistenceError({
+        reason: `cannot create the SQLite database ${resolved}: there is no directory ${parent}`
+      })
+    }
+  })
+
+const openSqlite = (file: string, access: Access, create: boolean) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const resolved = path.resolve(file)
-    // SQLite creates a missing file: the CLI never creates a store.
+    // SQLite creates a missing file: only `serve` may (DOC-02); the session commands never create a store.
     const isFile = yield* fs.stat(resolved).pipe(
       Effect.map((info) => info.type === "File"),
       Effect.orElseSucceed(() => false)
     )
-    if (!isFile) {
+    if (!isFile && create) {
+      yield* mayCreateSqlite(fs, path, resolved)
+    } else if (!isFile) {
       return yield* new SessionError.PersistenceError({ reason: `there is no SQLite database at ${resolved}` })
+    } else {
+      yield* checkSqliteHeader(resolved)
     }
-    yield* checkSqliteHeader(resolved)
     const sqlite = yield* driver("@effect/sql-sqlite-node", () => import("@effect/sql-sqlite-node"))
     const description = `the SQLite database ${resolved}`
     // the driver reports a database it cannot open (permissions, a damaged file) by throwing: a defect
@@ -315,7 +352,10 @@ const openSqlite = (file: string, access: Access) =>
         )
       )
     )
-    return yield* openSql(description, client, access)
+    return yield* openSql(description, client, access, {
+      backupDirectory: path.dirname(resolved),
+      backupName: (id, stamp) => `${path.basename(resolved)}.${id}.dropped-${stamp}.jsonl`
+    })
   })
 
 /** The URL without its password, for messages. */
@@ -332,7 +372,11 @@ const describeUrl = (url: string): string => {
 const openPostgres = (url: Redacted.Redacted, access: Access) =>
   Effect.gen(function*() {
     const pg = yield* driver("@effect/sql-pg", () => import("@effect/sql-pg"))
-    return yield* openSql(describeUrl(Redacted.value(url)), pg.PgClient.layer({ url, maxConnections: 2 }), access)
+    const path = yield* Path.Path
+    return yield* openSql(describeUrl(Redacted.value(url)), pg.PgClient.layer({ url, maxConnections: 2 }), access, {
+      backupDirectory: path.resolve("."),
+      backupName: (id, stamp) => `${id}.dropped-${stamp}.jsonl`
+    })
   })
 
 /**
@@ -342,14 +386,18 @@ const openPostgres = (url: Redacted.Redacted, access: Access) =>
  */
 export const open = (
   flags: StoreFlags,
-  access: Access
+  access: Access,
+  options?: {
+    /** DOC-02: a missing SQLite file is created (as `serve` does); never for the session commands. */
+    readonly createSqlite?: boolean | undefined
+  }
 ): Effect.Effect<Store, UsageError | SessionError.PersistenceError, Scope.Scope | FileSystem.FileSystem | Path.Path> =>
   Effect.flatMap(choose(flags), (chosen) => {
     switch (chosen._tag) {
       case "Dir":
         return openFiles(chosen.directory, access)
       case "Sqlite":
-        return openSqlite(chosen.file, access)
+        return openSqlite(chosen.file, access, options?.createSqlite === true && access === "write")
       case "Postgres":
         return openPostgres(chosen.url, access)
     }

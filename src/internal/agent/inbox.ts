@@ -23,6 +23,7 @@ import * as Feed from "../feed.js"
 import { snapshot } from "../json.js"
 import * as observability from "../observability.js"
 import { core } from "../log/session.js"
+import { wakeByDefault } from "../log/summary.js"
 
 // Built here rather than imported as a value from ../Inbox.js, which imports this module.
 const Change = Data.taggedEnum<InboxChange>()
@@ -268,15 +269,8 @@ export class Projection {
   }
 }
 
-/**
- * What a splice without a `wake` flag means (HOST-03; every v1 splice): next-turn messages were sent
- * waking, next-step ones not; `restored` ones had been claimed into a turn, so they were on their way
- * to the model and run again.
- *
- * @internal
- */
-export const wakeByDefault = (data: { readonly target: InboxTarget; readonly outcome?: string | undefined }) =>
-  data.outcome === "restored" || data.target === "next-turn"
+/** HOST-03: what a splice without a `wake` flag means (its home is the summary fold, `log/summary.ts`). @internal */
+export { wakeByDefault }
 
 /** The `wake` field of an inserting splice: present only when it differs from the default (HOST-03). */
 const wakeField = (target: InboxTarget, wake: boolean, outcome?: "canceled") =>

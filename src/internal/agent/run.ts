@@ -79,14 +79,26 @@ export class Waiter {
     this.turn = turn
     receiversOf(this.deps.driver.sessionCore).add(this)
   }
+  /** APP-02: the waiter of a stream hands each event of its turn on (in the publishing step). */
+  forward: ((event: AgentEvent) => void) | undefined = undefined
+  /** APP-02: and is told how the wait ended. */
+  onFinish: ((exit: Exit.Exit<Ended, WaitError>) => void) | undefined = undefined
   finish(exit: Exit.Exit<Ended, WaitError>): void {
     if (this.settled) return
     this.settled = true
     Deferred.unsafeDone(this.done, exit)
+    this.onFinish?.(exit)
   }
   /** One live event of the agent (runs in the publishing step: no Effect, no throw). */
   see(event: AgentEvent): void {
     if (this.settled) return
+    const forward = this.forward
+    if (forward !== undefined && this.turn !== undefined && "turn" in event && event.turn === this.turn) {
+      forward(event)
+    }
+    this.track(event)
+  }
+  private track(event: AgentEvent): void {
     switch (event._tag) {
       case "InboxClaimed": {
         if (this.turn === undefined && this.messageId !== undefined && event.messages.some(this.isMine, this)) {
@@ -178,6 +190,26 @@ export const listen = (
   })
 
 /**
+ * The result of a turn that ended, or `TurnFailed` with it as `partial` when it did not complete:
+ * a plain function, so a stream's listener can call it in the publishing step.
+ *
+ * @internal
+ */
+export const outcomeOf = (
+  deps: RunDeps,
+  ended: Ended,
+  own?: Schema.Schema<any, any, never> | undefined
+): TurnResult | AgentError.TurnFailed => {
+  const result = turnResult.fromLog(deps.driver.sessionCore.log(), ended.turn, ended.endSeq, decodingOf(deps, own))
+  if (result === undefined) {
+    throw new Error(`bug: turn ${ended.turn} of ${deps.id} ended, but its turn/end is not in the log`)
+  }
+  return result.reason.kind === "completed"
+    ? result
+    : new AgentError.TurnFailed({ id: deps.id, turn: result.turn, reason: result.reason, partial: result })
+}
+
+/**
  * The result of a turn that ended: success when `completed`, else `TurnFailed` with it as `partial`.
  *
  * @internal
@@ -188,23 +220,18 @@ export const settle = (
   own?: Schema.Schema<any, any, never> | undefined
 ): Effect.Effect<TurnResult, AgentError.TurnFailed> =>
   Effect.suspend(() => {
-    const result = turnResult.fromLog(deps.driver.sessionCore.log(), ended.turn, ended.endSeq, decodingOf(deps, own))
-    if (result === undefined) {
-      return Effect.dieMessage(`bug: turn ${ended.turn} of ${deps.id} ended, but its turn/end is not in the log`)
-    }
-    return result.reason.kind === "completed"
-      ? Effect.succeed(result)
-      : Effect.fail(
-        new AgentError.TurnFailed({ id: deps.id, turn: result.turn, reason: result.reason, partial: result })
-      )
+    const outcome = outcomeOf(deps, ended, own)
+    return outcome instanceof AgentError.TurnFailed ? Effect.fail(outcome) : Effect.succeed(outcome)
   })
 
 /**
  * `cancelOnInterrupt`: withdraw the run's own message while it is pending, else cancel its own turn
  * while it runs (APP-01). A removal that finds the message claimed already knows its turn: the claim
  * was published under the inbox lock the removal took.
+ *
+ * @internal
  */
-const withdraw = (waiter: Waiter): Effect.Effect<void> =>
+export const withdraw = (waiter: Waiter): Effect.Effect<void> =>
   Effect.suspend(() => {
     if (waiter.settled) return Effect.void
     const { driver, inbox } = waiter.deps

@@ -25,6 +25,7 @@ import type { Agent, AgentHandle, AgentSetup } from "../../Agent.js"
 import * as AgentHost from "../../AgentHost.js"
 import type { SessionId } from "../../Message.js"
 import { sessionId as parseSessionId } from "../../Message.js"
+import * as SessionError from "../../SessionError.js"
 import * as Feed from "../feed.js"
 import { idleTimer, release, reserve } from "./passivation.js"
 import type { Hosted, HostState, SetupFor } from "./state.js"
@@ -43,11 +44,20 @@ export const setupForOf = <R>(
       Effect.provide(setupContext)
     ) as Effect.Effect<void, AgentHost.HostSetupFailed, ScopeNs.Scope>
 
-/** Resumes (or, with create options, resumes or creates) the agent into `scope`. */
-const open = (s: HostState, id: SessionId, create: AgentHost.CreateOptions | undefined, scope: Scope.Scope) => {
+/** APP-06: what a `SessionNotFound` from the host says to do. */
+const howToCreate = "pass create options to host.get/use/run (e.g. `host.get(id, { options })`), or build the " +
+  "host with `createOnDemand: true` to create unknown ids with its agentOptions"
+
+/** Resumes (or, with create options or `createOnDemand`, resumes or creates) the agent into `scope`. */
+const open = (s: HostState, id: SessionId, given: AgentHost.CreateOptions | undefined, scope: Scope.Scope) => {
   const setup = s.setupFor(id)
+  // APP-06: on demand, an unknown id is created with the host's agent options
+  const create = given === undefined && s.settings.createOnDemand ? {} : given
   const opened: Effect.Effect<AgentHandle, AgentHost.GetError, ScopeNs.Scope> = create === undefined
-    ? s.registry.resume({ sessionId: id, options: s.agentOptions, setup })
+    ? s.registry.resume({ sessionId: id, options: s.agentOptions, setup }).pipe(
+      Effect.catchTag("SessionNotFound", (error) =>
+        Effect.fail(new SessionError.SessionNotFound({ id: error.id, hint: howToCreate })))
+    )
     : s.registry.resumeOrCreate({
       sessionId: id,
       options: create.options ?? s.agentOptions,

@@ -126,6 +126,8 @@ const serviceOf = (s: HostState, readerHost = readerHostOf(s)): AgentHost.AgentH
   hostEvents.withRunInto(AgentHost.AgentHost.of({
     get: (id, create) => get(s, id, create),
     use: (id, f, create) => use(s, id, f, create),
+    // APP-05: the hold of `use` keeps the agent live while its turn runs
+    run: (id, message, runOptions, create) => use(s, id, (agent) => agent.run(message, runOptions), create),
     eventsFrom: eventsFromOf(s, readerHost),
     remove: (id) => remove(s, id),
     passivate: (id) => passivateById(s, id),

@@ -75,6 +75,7 @@ export interface Settings {
   readonly recover: boolean
   readonly recoverConcurrency: number
   readonly wakeOnActivate: boolean
+  readonly createOnDemand: boolean
 }
 
 /** HOST-00: the options given, each defaulted (a count that is not a positive integer too). @internal */
@@ -89,7 +90,8 @@ export const settingsOf = <R>(options: AgentHost.HostOptions<R>): Settings => {
     drainTimeout: Duration.decode(options.drainTimeout ?? d.drainTimeout),
     recover: options.recover ?? d.recover,
     recoverConcurrency: positive(options.recoverConcurrency, d.recoverConcurrency),
-    wakeOnActivate: options.wakeOnActivate ?? d.wakeOnActivate
+    wakeOnActivate: options.wakeOnActivate ?? d.wakeOnActivate,
+    createOnDemand: options.createOnDemand ?? d.createOnDemand
   }
 }
 

@@ -9,7 +9,16 @@
  */
 import type { SessionId } from "../../Message.js"
 import type { RecoverySummary } from "../../SessionPersistence.js"
-import { wakeByDefault } from "../agent/inbox.js"
+
+/**
+ * What a splice without a `wake` flag means (HOST-03; every v1 splice): next-turn messages were sent
+ * waking, next-step ones not; `restored` ones had been claimed into a turn, so they were on their way
+ * to the model and run again.
+ *
+ * @internal
+ */
+export const wakeByDefault = (data: { readonly target: string; readonly outcome?: string | undefined }) =>
+  data.outcome === "restored" || data.target === "next-turn"
 
 /** @internal */
 export interface SummaryState {

@@ -26,21 +26,20 @@ export const interruptActivity = (activity: Activity): Effect.Effect<void> => {
 
 /**
  * Requests an activity (under the state lock): the drain fiber starts it when it takes the wake-up
- * (CORE-04), so it never runs with the FiberRefs of the fiber that requested it (§6.3).
+ * (CORE-04), so it never runs with the FiberRefs of the fiber that requested it (§6.3). The wake-up
+ * is offered by `setPhase` once the phase holds the activity, never here: a drain fiber that took it
+ * before the requesting transition set its phase (the requester preempted in between) would find
+ * nothing to start, and the agent would stay `Running` with nothing running.
  *
  * @internal
  */
 export const request = (state: DriverState, work: Effect.Effect<void>): Effect.Effect<Activity> => {
   const activity: Activity = { work, fiber: undefined, interrupted: false, cause: Option.none(), cancelMark: 0 }
-  if (state.wakes !== undefined) {
-    state.wakes.unsafeOffer(undefined)
-    return Effect.succeed(activity)
-  }
+  if (state.wakes !== undefined) return Effect.succeed(activity)
   // the drain fiber is forked once, by the agent's first activity: an agent that never had input has
   // none (B1, B2)
   return Effect.flatMap(Queue.dropping<void>(1), (queue) => {
     state.wakes = queue
-    queue.unsafeOffer(undefined)
     return Effect.as(state.deps.forkDrain(drainFiber(state, queue)), activity)
   })
 }

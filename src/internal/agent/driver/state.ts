@@ -101,6 +101,11 @@ export interface PendingCancel {
   readonly mark: number
   /** The activity the transition left (set when it ended; stays unset when it left none or failed). */
   appliedTo: Activity | undefined
+  /**
+   * The cancel's caller stopped waiting for the transition (it was interrupted): `setPhase` requests
+   * the interruption of the activity the transition leaves, which the cancel would have requested.
+   */
+  interruptOnApply: boolean
 }
 
 /** The idle phase: one value shared by every driver (it carries nothing). @internal */
@@ -220,7 +225,8 @@ const abandonTransition = <E>(state: DriverState, cause: Cause.Cause<E>): Effect
 
 /**
  * The one place the phase changes: a cancel called during the transition applies to the activity it
- * leaves (SEC-11); going idle releases the `whenIdle` callers (AGT-05).
+ * leaves (SEC-11); going idle releases the `whenIdle` callers (AGT-05); a requested activity not
+ * started yet gets the drain fiber's wake-up (CORE-04).
  *
  * @internal
  */
@@ -231,15 +237,28 @@ export const setPhase = (state: DriverState, next: Phase): void => {
   if (pending !== undefined) {
     state.pendingCancels = undefined
     if (next._tag !== "Idle") {
+      const activity = next.activity
       for (const cancel of pending) {
-        applyCancel(next.activity, cancel.cause, cancel.mark)
-        cancel.appliedTo = next.activity
+        applyCancel(activity, cancel.cause, cancel.mark)
+        cancel.appliedTo = activity
+        if (cancel.interruptOnApply) {
+          // CAN-01 as `interruptActivity`: now if it started, else when the drain fiber starts it
+          activity.interrupted = true
+          if (activity.fiber !== undefined) activity.fiber.unsafeInterruptAsFork(FiberId.none)
+        }
       }
     }
   }
-  if (next._tag === "Idle" && state.idleSignal !== undefined) {
-    Deferred.unsafeDone(state.idleSignal, Exit.void)
-    state.idleSignal = undefined
+  if (next._tag === "Idle") {
+    if (state.idleSignal !== undefined) {
+      Deferred.unsafeDone(state.idleSignal, Exit.void)
+      state.idleSignal = undefined
+    }
+  } else if (next.activity.fiber === undefined && state.wakes !== undefined) {
+    // CORE-04: the drain fiber's wake-up for a requested activity, offered once the phase holds it
+    // (and its pending cancels): the drain fiber starts what the phase holds, so a wake-up taken
+    // before the phase was set would be lost. One pending wake-up is enough (a dropping Queue).
+    state.wakes.unsafeOffer(undefined)
   }
 }
 

@@ -132,7 +132,7 @@ const callCancel = (state: DriverState, cause: CancelCause, keepInbox: boolean, 
   if (current !== undefined) applyCancel(current, cause, mark)
   let pending: PendingCancel | undefined
   if (state.transitioning) {
-    pending = { cause, mark, appliedTo: undefined }
+    pending = { cause, mark, appliedTo: undefined, interruptOnApply: false }
     const queued = state.pendingCancels ??= []
     queued.push(pending)
   }
@@ -144,11 +144,25 @@ const callCancel = (state: DriverState, cause: CancelCause, keepInbox: boolean, 
 }
 
 /**
+ * SEC-11: interrupts the activity a transition under way at a cancel's call left (unless the cancel
+ * interrupted it already as the current one); when the transition has not ended yet, `setPhase` does
+ * it as it applies the cancel.
+ */
+const interruptLeft = (pending: PendingCancel, current: Activity | undefined): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    if (pending.appliedTo === undefined) {
+      pending.interruptOnApply = true
+      return Effect.void
+    }
+    return pending.appliedTo === current ? Effect.void : interruptActivity(pending.appliedTo)
+  })
+
+/**
  * CAN-01..04, SEC-11: called (see `callCancel`), then the canceled splices of what was pending at
  * the call are written (next-step first), then the interruption is requested — also when the
  * splices could not be written. Once called, it runs to its end: a caller's interruption only stops
  * its wait for a transition under way at the call (whose activity already has the cause, so it
- * claims nothing and ends at its next step).
+ * claims nothing; `setPhase` requests its interruption as it applies the cancel).
  *
  * @internal
  */
@@ -169,11 +183,12 @@ export const cancel = (
         if (call.current !== undefined) yield* interruptActivity(call.current)
         const pending = call.pending
         if (pending !== undefined) {
-          // the transition under way at the call has ended once the state lock is free
-          yield* restore(state.phaseLock!.withLock(Effect.void))
-          if (pending.appliedTo !== undefined && pending.appliedTo !== call.current) {
-            yield* interruptActivity(pending.appliedTo)
-          }
+          // the transition under way at the call has ended once the state lock is free; a caller
+          // that stops waiting still gets its interruption: the cancel took effect at its call
+          yield* restore(state.phaseLock!.withLock(Effect.void)).pipe(
+            Effect.onInterrupt(() => interruptLeft(pending, call.current))
+          )
+          yield* interruptLeft(pending, call.current)
         }
         if (Exit.isFailure(cleared)) return yield* Effect.failCause(cleared.cause)
       })

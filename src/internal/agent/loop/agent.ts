@@ -24,9 +24,11 @@ import * as internalHooks from "../hooks.js"
 import * as internalInbox from "../inbox.js"
 import * as internalTools from "../tools.js"
 import * as run from "../run.js"
+import * as stream from "../stream.js"
 import { user } from "../../../Message.js"
 import type { Build, Loop } from "./state.js"
 import { agentScopeOf, publishingRef } from "./state.js"
+import { addAgentSteps } from "./teardownSteps.js"
 
 const noTools: ReadonlyArray<Tool.Any> = []
 
@@ -165,6 +167,15 @@ export const feedOf = (agent: Agent): Feed.Feed<AgentEvent> | undefined =>
   (agent as Partial<Pick<LiveAgent, typeof feedKey>>)[feedKey]
 
 /**
+ * The lifecycle Scope of an agent built here (CORE-02: closing it is the agent's teardown), none
+ * for another `Agent` (a view or a user's own): what a test closes to see the LIFE-01 steps run.
+ *
+ * @internal
+ */
+export const lifecycleOf = (agent: Agent): Scope.CloseableScope | undefined =>
+  agent instanceof LiveAgent ? agent[buildKey].lifecycle : undefined
+
+/**
  * The `Agent` (AGT): its verbs are the driver's, its events the feed's. A class so that its
  * properties stay fast (V8 keeps an object literal with accessors in dictionary mode: 1.6 KB per
  * agent) and its accessors live on the prototype (B2); the verbs are own closures, so a detached
@@ -248,6 +259,17 @@ class LiveAgent implements Agent {
       )
     return runOf as Agent["run"]
   }
+  /** APP-02 (internal/agent/stream.ts) */
+  get stream(): Agent["stream"] {
+    const deps = runDepsOf(this)
+    return (message, runOptions) =>
+      stream.stream(
+        deps,
+        typeof message === "string" ? user(message, { id: runOptions?.messageId }) : message,
+        runOptions?.cancelOnInterrupt === true,
+        runOptions
+      )
+  }
   get turnResult(): Agent["turnResult"] {
     const deps = runDepsOf(this)
     return (turn) => run.resultOf(deps, turn)
@@ -330,13 +352,13 @@ export const buildAgent = (
       build.agent = agent
       // HOST-02: whoever hosts the agent reads how many watch it, however they got it
       Feed.attach(agent, feed)
-      return { agent, setupView: setupViewOf(build, session, inbox, spawn), parentAgent } as const
+      // CORE-02: the agent and its driver are made: their LIFE-01 steps join the lifecycle
+      return Effect.as(
+        addAgentSteps(build, driver, publisher),
+        { agent, setupView: setupViewOf(build, session, inbox, spawn), parentAgent } as const
+      )
     }
-    if (replayed !== undefined) {
-      return Effect.succeed(finish(internalInbox.unsafeMakeReplayed(session, replayed, inboxOptions)))
-    }
+    if (replayed !== undefined) return finish(internalInbox.unsafeMakeReplayed(session, replayed, inboxOptions))
     const fresh = internalInbox.unsafeMakeFresh(session, inboxOptions)
-    return fresh !== undefined
-      ? Effect.succeed(finish(fresh))
-      : Effect.map(internalInbox.make(session, inboxOptions), finish)
+    return fresh !== undefined ? finish(fresh) : Effect.flatMap(internalInbox.make(session, inboxOptions), finish)
   })

@@ -7,7 +7,7 @@
  *
  * @internal
  */
-import type { Clock, Duration, Fiber, FiberRefs, Runtime } from "effect"
+import type { Cause, Clock, Duration, Fiber, FiberRefs, Runtime } from "effect"
 import { Deferred, Effect, ExecutionStrategy, Exit, FiberRef, Option, Scope } from "effect"
 import type { Agent } from "../../../Agent.js"
 import * as AgentError from "../../../AgentError.js"
@@ -72,6 +72,13 @@ export interface Build {
   isAgentScopeClosed: boolean
   /** The writer and the session's resources: closed by the teardown only. */
   readonly sessionScope: Scope.CloseableScope
+  /**
+   * The agent's lifecycle (CORE-02): each LIFE-01 step is added as its finalizer when the creation
+   * acquires what the step releases, so closing it, sequentially, is the teardown.
+   */
+  readonly lifecycle: Scope.CloseableScope
+  /** The failures of the stop, scope and writer steps, for the `AgentDisposeError` (LIFE-03; made on the first). */
+  failures: Array<Cause.Cause<unknown>> | undefined
   readonly link: Scope.CloseableScope
   /** What an owner runs to dispose it: the owner Scope's link and the factory's close (FAC-04). */
   release: Effect.Effect<void>
@@ -111,10 +118,11 @@ export interface Build {
   hooks: internalHooks.LoopHooksInstance | undefined
 }
 
-/** A fresh `Build` (nothing acquired but its two Scopes). @internal */
+/** A fresh `Build` (nothing acquired but its Scopes). @internal */
 export const makeBuildRecord = (
   id: SessionId,
   sessionScope: Scope.CloseableScope,
+  lifecycle: Scope.CloseableScope,
   link: Scope.CloseableScope,
   own: object
 ): Build => ({
@@ -122,6 +130,8 @@ export const makeBuildRecord = (
   agentScope: undefined,
   isAgentScopeClosed: false,
   sessionScope,
+  lifecycle,
+  failures: undefined,
   link,
   release: Effect.void,
   own,

@@ -1,26 +1,20 @@
 /**
  * An agent's one teardown (LIFE-01..06, CORE-02): started once by whichever owner comes first
  * (`dispose`, the owner Scope's link, the factory's close), run in a fiber of the factory's FiberSet
- * (CORE-01) as `Scope.close` of the agent's lifecycle Scope whose finalizers are the LIFE-01 steps,
- * awaited by every owner (LIFE-02) for at most `teardownTimeout` (CORE-06).
+ * (CORE-01) as `Scope.close` of the agent's lifecycle Scope — made at the creation's step 0, its
+ * finalizers the LIFE-01 steps added as their resources were acquired — awaited by every owner
+ * (LIFE-02) for at most `teardownTimeout` (CORE-06).
  *
  * @internal
  */
-import type { Cause, Tracer } from "effect"
-import { Deferred, Effect, ExecutionStrategy, Exit, Fiber, FiberId, FiberRefs, Scope } from "effect"
+import type { Tracer } from "effect"
+import { Deferred, Effect, Exit, Fiber, FiberId, FiberRefs, Scope } from "effect"
 import type * as AgentError from "../../../AgentError.js"
 import type { AgentPublisher } from "../../../AgentRegistry.js"
 import * as observability from "../../observability.js"
 import type { Abort, Build, Loop } from "./state.js"
 import { inactive, ownRef } from "./state.js"
-import {
-  closeAgentScope,
-  detachAgent,
-  outcomeOf,
-  releaseWriter,
-  settleOutcome,
-  stopDriver
-} from "./teardownSteps.js"
+import { outcomeOf, settleOutcome } from "./teardownSteps.js"
 import { watchDeadline } from "./timeout.js"
 
 /** PUB-06, FAC-04: stops a creation that has not entered yet; the first reason wins. @internal */
@@ -43,38 +37,16 @@ const awaitCreation = (build: Build): Effect.Effect<void> => {
 }
 
 /**
- * The agent's lifecycle Scope (CORE-02): the LIFE-01 steps are its finalizers, added in reverse
- * order, so that closing it — sequentially — runs them in order. Made when the teardown starts (after
- * its creation settled), so an idle agent holds none (B2) and only the steps that apply are added
- * (B1). A step that dies fails the close (every later step still runs); the failures of the stop,
- * scope and writer steps are recorded (LIFE-03). The factory's bookkeeping, the last step, follows
- * the close. Makes the Scope, adds the steps and closes it.
+ * The teardown's steps (CORE-02): the close, sequentially, of the agent's lifecycle Scope, whose
+ * finalizers are the LIFE-01 steps the creation added as it acquired what they release
+ * (`addSessionSteps`, `addAgentSteps`), so only the steps that apply run. From here on an agent
+ * Scope made late is made closed (`agentScopeOf`). A step that dies fails the close (every later step
+ * still runs); the failures of the stop, scope and writer steps are recorded (LIFE-03). The factory's
+ * bookkeeping, the last step, follows the close.
  */
-const closeLifecycle = (build: Build, publisher: AgentPublisher, failures: Array<Cause.Cause<unknown>>) => {
-  const inOrder: Array<Effect.Effect<void>> = []
-  if (build.driver !== undefined) inOrder.push(stopDriver(build.driver, failures))
-  const agentScope = build.agentScope
-  // from here on a late agent Scope is made closed (`agentScopeOf`)
+const closeLifecycle = (build: Build): Effect.Effect<void> => {
   build.isAgentScopeClosed = true
-  if (agentScope !== undefined) inOrder.push(closeAgentScope(agentScope, failures))
-  inOrder.push(detachAgent(build, publisher))
-  // LIFE-01's "detach session (the writer is released and the session closed)" is one step, so one
-  // finalizer (B1: a finalizer costs ≈8 Effect operations to add and to run)
-  const writerReleased = releaseWriter(build, failures)
-  inOrder.push(
-    build.sessionEntry === undefined ? writerReleased : Effect.zipRight(build.sessionEntry.detach, writerReleased)
-  )
-  return Effect.flatMap(Scope.make(ExecutionStrategy.sequential), (lifecycle) => {
-    // `addFinalizerExit` (`addFinalizer` wraps each step in an `asVoid`, an operation more per step
-    // when the Scope closes; the steps are `Effect<void>` already; B1), from the last step to the first
-    const last = inOrder[inOrder.length - 1]!
-    let added: Effect.Effect<void> = Scope.addFinalizerExit(lifecycle, () => last)
-    for (let i = inOrder.length - 2; i >= 0; i--) {
-      const step = inOrder[i]!
-      added = Effect.zipRight(added, Scope.addFinalizerExit(lifecycle, () => step))
-    }
-    return Effect.zipRight(added, Scope.close(lifecycle, Exit.void))
-  })
+  return Scope.close(build.lifecycle, Exit.void)
 }
 
 /**
@@ -84,7 +56,6 @@ const closeLifecycle = (build: Build, publisher: AgentPublisher, failures: Array
 const runTeardown = (
   loop: Loop,
   build: Build,
-  publisher: AgentPublisher,
   parent: Tracer.AnySpan | undefined
 ): Effect.Effect<void> =>
   Effect.suspend(() => {
@@ -93,20 +64,18 @@ const runTeardown = (
       : observability.startSpan(loop.telemetry, "effect-agent.dispose", parent, {
         [observability.attr.agentId]: build.id
       })
-    const failures: Array<Cause.Cause<unknown>> = []
-    // one `Effect.exit` for the whole: a step that dies fails the close, and a defect before it
-    // (waiting for the creation, making the Scope) leaves `failures` empty, so `outcomeOf` gives it
-    // as it is either way (B1)
+    // one handler for the whole: a step that dies fails the close, and a defect before it (waiting
+    // for the creation) leaves no failure recorded, so `outcomeOf` gives it as it is either way (B1)
     const steps = build.isSettled
-      ? closeLifecycle(build, publisher, failures)
-      : Effect.zipRight(awaitCreation(build), Effect.suspend(() => closeLifecycle(build, publisher, failures)))
+      ? closeLifecycle(build)
+      : Effect.zipRight(awaitCreation(build), Effect.suspend(() => closeLifecycle(build)))
     // LIFE-01's last step: the factory's bookkeeping, whatever the close's exit (one handler, B1)
     const bookkeeping = (result: Exit.Exit<void>) => {
       loop.live.delete(build)
       // OBS-02: no longer live, its inbox no longer counted
       if (build.published) observability.countLive(-1)
       if (build.driver !== undefined) build.driver.unmeter()
-      const outcome = outcomeOf(build, result, failures)
+      const outcome = outcomeOf(build, result)
       observability.endSpan(loop.telemetry, span, outcome)
       settleOutcome(build, outcome)
       loop.timedOut.delete(build)
@@ -136,7 +105,7 @@ const forkTeardown = (
   parent: Tracer.AnySpan | undefined
 ): void => {
   const refs = teardownRefs(loop, build)
-  loop.runInTeardowns(Effect.uninterruptible(runTeardown(loop, build, publisher, parent)), {
+  loop.runInTeardowns(Effect.uninterruptible(runTeardown(loop, build, parent)), {
     immediate: true,
     updateRefs: (_, fiberId) => FiberRefs.forkAs(refs, fiberId)
   })

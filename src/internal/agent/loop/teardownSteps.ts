@@ -1,7 +1,8 @@
 /**
  * The steps of an agent's teardown (LIFE-01), each an `Effect<void>` whose failure is recorded for
  * the `AgentDisposeError` (LIFE-03): stop the driver, close the agent Scope, detach the agent, detach
- * the session and release its writer; and the outcome every owner gets (LIFE-02).
+ * the session and release its writer; each added to the agent's lifecycle Scope as a finalizer when
+ * the creation acquires what it releases (CORE-02); and the outcome every owner gets (LIFE-02).
  *
  * @internal
  */
@@ -14,13 +15,10 @@ import * as internalSession from "../../log/session.js"
 import type { Build } from "./state.js"
 
 /** A step whose failure is kept for the `AgentDisposeError` (LIFE-03) instead of failing its finalizer. @internal */
-export const recorded = (
-  failures: Array<Cause.Cause<unknown>>,
-  step: Effect.Effect<void, unknown>
-): Effect.Effect<void> =>
+export const recorded = (build: Build, step: Effect.Effect<void, unknown>): Effect.Effect<void> =>
   Effect.catchAllCause(step, (cause) =>
     Effect.sync(() => {
-      failures.push(cause)
+      ;(build.failures ??= []).push(cause)
     }))
 
 /**
@@ -30,15 +28,13 @@ export const recorded = (
  *
  * @internal
  */
-export const stopDriver = (driver: Driver, failures: Array<Cause.Cause<unknown>>) =>
-  Effect.suspend(() =>
-    // a driver that never had an activity has nothing to wait for, and its stop cannot fail (B1)
-    driver.neverActive() ? driver.stop : recorded(failures, Effect.interruptible(driver.stop))
-  )
+export const stopDriver = (driver: Driver, build: Build): Effect.Effect<void> =>
+  // a driver that never had an activity has nothing to wait for, and its stop cannot fail (B1)
+  driver.neverActive() ? driver.stop : recorded(build, Effect.interruptible(driver.stop))
 
 /** LIFE-01 step 2: setup's resources and child agents are released (OWN-03). @internal */
-export const closeAgentScope = (agentScope: Scope.CloseableScope, failures: Array<Cause.Cause<unknown>>) =>
-  recorded(failures, Scope.close(agentScope, Exit.void))
+export const closeAgentScope = (agentScope: Scope.CloseableScope, build: Build) =>
+  recorded(build, Scope.close(agentScope, Exit.void))
 
 /**
  * LIFE-01 step 3: the agent leaves the registry (`AgentDisposed` if announced); its feed ends.
@@ -72,7 +68,7 @@ export const detachSession = (build: Build): Effect.Effect<void> =>
  *
  * @internal
  */
-export const releaseWriter = (build: Build, failures: Array<Cause.Cause<unknown>>) =>
+export const releaseWriter = (build: Build) =>
   Effect.suspend(() => {
     const closing = Effect.forkIn(Scope.close(build.sessionScope, Exit.void), build.sessionScope)
     if (build.isAbandoned) {
@@ -87,12 +83,53 @@ export const releaseWriter = (build: Build, failures: Array<Cause.Cause<unknown>
     // (a fork costs B1 ~35 operations)
     const session = build.agent?.session
     const closed = session === undefined || internalSession.core(session).sealIfIdle()
-      ? recorded(failures, Scope.close(build.sessionScope, Exit.void))
-      : recorded(failures, Effect.flatMap(closing, (fiber) => Effect.interruptible(Fiber.join(fiber))))
+      ? recorded(build, Scope.close(build.sessionScope, Exit.void))
+      : recorded(build, Effect.flatMap(closing, (fiber) => Effect.interruptible(Fiber.join(fiber))))
     return build.createMode && !build.published && build.writer !== undefined
-      ? Effect.zipRight(recorded(failures, build.writer.discard), closed)
+      ? Effect.zipRight(recorded(build, build.writer.discard), closed)
       : closed
   })
+
+// -------------------------------------------------------------------------------------------------
+// CORE-02: the steps as the lifecycle Scope's finalizers, added as their resources are acquired.
+// Closing the Scope runs them last-added first: the session's (added at step 0) runs last, the
+// driver's (added when the agent is built) first, which is LIFE-01's order. Each finalizer is a
+// function called at the close, so it reads the record as the creation left it (an entry entered
+// or not, an agent Scope made or not). `addFinalizerExit`: the steps are `Effect<void>` already
+// (`addFinalizer` wraps each in an `asVoid`, an operation more per step, B1).
+
+/**
+ * LIFE-01 steps 4–5, added when the creation takes the session Scope (PUB step 0): the session
+ * leaves the store (`SessionDisposed` if announced), then its writer is released and it is closed.
+ * One finalizer, as LIFE-01 has "detach session (the writer is released and the session closed)" as
+ * one step (B1: a finalizer costs ≈8 Effect operations to add and to run).
+ *
+ * @internal
+ */
+export const addSessionSteps = (build: Build): Effect.Effect<void> =>
+  Scope.addFinalizerExit(
+    build.lifecycle,
+    () => build.sessionEntry === undefined ? releaseWriter(build) : Effect.zipRight(build.sessionEntry.detach, releaseWriter(build))
+  )
+
+/**
+ * LIFE-01 steps 1–3, added when the agent is built (its feed and driver made): the driver stopped
+ * first; then the agent Scope closed and the agent detached. The agent Scope is made on first use
+ * (setup, `spawn`), after the driver, so its close cannot be a finalizer added when it is made (it
+ * would run before the driver's stop): it is one finalizer with the detach that follows it, closing
+ * the agent Scope if one was made.
+ *
+ * @internal
+ */
+export const addAgentSteps = (build: Build, driver: Driver, publisher: AgentPublisher): Effect.Effect<void> =>
+  Effect.zipRight(
+    Scope.addFinalizerExit(build.lifecycle, () => {
+      const agentScope = build.agentScope
+      const detached = detachAgent(build, publisher)
+      return agentScope === undefined ? detached : Effect.zipRight(closeAgentScope(agentScope, build), detached)
+    }),
+    Scope.addFinalizerExit(build.lifecycle, () => stopDriver(driver, build))
+  )
 
 /**
  * What every owner gets (LIFE-02/03): a dying step as it is; recorded failures in one
@@ -102,11 +139,11 @@ export const releaseWriter = (build: Build, failures: Array<Cause.Cause<unknown>
  */
 export const outcomeOf = (
   build: Build,
-  closed: Exit.Exit<void>,
-  failures: ReadonlyArray<Cause.Cause<unknown>>
+  closed: Exit.Exit<void>
 ): Exit.Exit<void, AgentError.AgentDisposeError> => {
   // LIFE-03: every failure is kept, in order, in one Cause
-  const failed = failures.length === 0
+  const failures = build.failures
+  const failed = failures === undefined || failures.length === 0
     ? undefined
     : new AgentError.AgentDisposeError({
       id: build.id,

@@ -29,6 +29,7 @@ import {
   withOwn
 } from "./state.js"
 import { ownerFinalizer, startTeardown, teardown } from "./teardown.js"
+import { addSessionSteps } from "./teardownSteps.js"
 
 /**
  * PUB step 4, the critical section: the abort checks, the user's commit (under `restore`, with
@@ -142,9 +143,12 @@ const abortable = <A, E, R>(loop: Loop, build: Build, effect: Effect.Effect<A, E
   )
 
 /**
- * Step 0 of the transaction: the session Scope, and the `link` forked from the owner, whose only
+ * Step 0 of the transaction: the session Scope, the agent's lifecycle Scope (CORE-02) with the
+ * session's teardown steps as its first finalizer, and the `link` forked from the owner, whose only
  * finalizer starts or awaits the teardown; the factory keeps the agent in `live` for its own close.
- * The session and agent Scopes are not forked from the owner: only the teardown closes them, in
+ * The session's steps are added before the link's finalizer: an owner closed already starts the
+ * teardown at once, and the rollback that follows must find them.
+ * The session, lifecycle and agent Scopes are not forked from the owner: only the teardown closes them, in
  * LIFE-01 order, whatever the owner's finalization strategy (an owner closing forks in parallel would
  * otherwise close them beside the teardown), and a closed fork of the owner costs its removal from
  * the owner (B1). The owner's close reaches them through the link, first. Runs in the creation's
@@ -153,16 +157,18 @@ const abortable = <A, E, R>(loop: Loop, build: Build, effect: Effect.Effect<A, E
  */
 const makeBuild = (loop: Loop, id: SessionId, owner: Scope.Scope, publisher: AgentPublisher, own: object) =>
   Effect.flatMap(Scope.make(ExecutionStrategy.sequential), (sessionScope) =>
-    Effect.flatMap(Scope.fork(owner, ExecutionStrategy.sequential), (link) => {
-      const build = makeBuildRecord(id, sessionScope, link, own)
-      loop.live.add(build)
-      // one finalizer value serves the owner's link and the factory's close (an Effect is a
-      // description: it runs once per owner, and the teardown it starts is memoized)
-      build.release = ownerFinalizer(loop, build, publisher)
-      // `addFinalizerExit`: the release is `Effect<void>` already (`addFinalizer` adds an `asVoid`, B1)
-      const release = build.release
-      return Effect.as(Scope.addFinalizerExit(link, () => release), build)
-    }))
+    Effect.flatMap(Scope.make(ExecutionStrategy.sequential), (lifecycle) =>
+      Effect.flatMap(Scope.fork(owner, ExecutionStrategy.sequential), (link) => {
+        const build = makeBuildRecord(id, sessionScope, lifecycle, link, own)
+        loop.live.add(build)
+        // one finalizer value serves the owner's link and the factory's close (an Effect is a
+        // description: it runs once per owner, and the teardown it starts is memoized)
+        build.release = ownerFinalizer(loop, build, publisher)
+        // `addFinalizerExit`: the release is `Effect<void>` already (`addFinalizer` adds an `asVoid`, B1)
+        const release = build.release
+        // CORE-02: the session Scope is taken: its LIFE-01 steps join the lifecycle
+        return Effect.as(Effect.zipRight(addSessionSteps(build), Scope.addFinalizerExit(link, () => release)), build)
+      })))
 
 /**
  * PUB step 3: runs the user's setup so that an abort stops it at once (it may wait on anything). The

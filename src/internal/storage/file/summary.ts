@@ -102,6 +102,21 @@ interface Files {
 
 const sidecarPathIn = (d: Files, id: string) => d.path.join(d.sidecarDirectory, `${id}.json`)
 
+/**
+ * Removes the sidecar of `id` (DOC-02: a removed or truncated log takes its summary with it, so a
+ * later session under the same id never starts from a stale one). A missing sidecar is fine.
+ *
+ * @internal
+ */
+export const removeSidecar = (
+  deps: { readonly fs: FileSystem.FileSystem; readonly path: Path.Path; readonly directory: string },
+  id: string
+): Effect.Effect<void, SessionError.PersistenceError> =>
+  deps.fs.remove(deps.path.join(deps.directory, SIDECAR_DIRECTORY, `${id}.json`)).pipe(
+    Effect.catchIf(fileLock.isNotFound, () => Effect.void),
+    Effect.mapError(fileLock.persistenceError(`removing the summary of session ${JSON.stringify(id)}`))
+  )
+
 /** The bytes of `file` from `offset` to its end, in one array. */
 const readBytes = (d: Files, file: string, offset: number) =>
   d.fs.stream(file, { offset: BigInt(offset) }).pipe(
