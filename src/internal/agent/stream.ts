@@ -7,6 +7,8 @@
  * @internal
  */
 import { Effect, Exit, Queue, Stream, Take } from "effect"
+import type { Schema } from "effect"
+import type { SendOptions } from "../../Agent.js"
 import * as AgentError from "../../AgentError.js"
 import type { AgentEvent } from "../../AgentEvent.js"
 import type { UserMessage } from "../../Message.js"
@@ -18,7 +20,11 @@ type Out = Take.Take<TurnPart, AgentError.RunError>
 /** Maps one turn's live events to its parts, closing each step before the next one's first part. */
 class PartMapper {
   step = 0
-  constructor(readonly deps: run.RunDeps, readonly queue: Queue.Queue<Out>) {}
+  constructor(
+    readonly deps: run.RunDeps,
+    readonly queue: Queue.Queue<Out>,
+    readonly output: Schema.Schema<any, any, never> | undefined
+  ) {}
   private put(part: TurnPart): void {
     Queue.unsafeOffer(this.queue, Take.of(part))
   }
@@ -67,7 +73,7 @@ class PartMapper {
   private end(turn: number, seq: number | undefined): void {
     if (this.step > 0) this.put(TurnPart.StepFinished({ step: this.step }))
     if (seq === undefined) return
-    const outcome = run.outcomeOf(this.deps, { turn, endSeq: seq })
+    const outcome = run.outcomeOf(this.deps, { turn, endSeq: seq }, this.output)
     if (outcome instanceof AgentError.TurnFailed) {
       Queue.unsafeOffer(this.queue, Take.fail(outcome))
     } else {
@@ -85,18 +91,22 @@ class PartMapper {
 export const stream = (
   deps: run.RunDeps,
   message: UserMessage,
-  cancelOnInterrupt: boolean
+  cancelOnInterrupt: boolean,
+  turnOptions?: Pick<SendOptions, "settings" | "output"> | undefined
 ): Stream.Stream<TurnPart, AgentError.RunError> =>
   Stream.unwrapScoped(Effect.gen(function*() {
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Out>(), Queue.shutdown)
     const waiter = yield* run.listen(deps, message.id)
-    const mapper = new PartMapper(deps, queue)
+    const mapper = new PartMapper(deps, queue, turnOptions?.output)
     waiter.forward = (event) => mapper.event(event)
     waiter.onFinish = (exit) => {
       if (Exit.isFailure(exit)) Queue.unsafeOffer(queue, Take.failCause(exit.cause))
     }
     // a consumer that stops early is the stream's interruption (`cancelOnInterrupt`, APP-01)
     if (cancelOnInterrupt) yield* Effect.addFinalizer(() => run.withdraw(waiter))
-    yield* deps.driver.send(message, "next-turn", true)
+    // APP-04, OUT-01: the stream's own settings and output go with its message, as run's do
+    yield* turnOptions?.settings !== undefined || turnOptions?.output !== undefined
+      ? deps.driver.sendWith(message, "next-turn", true, turnOptions)
+      : deps.driver.send(message, "next-turn", true)
     return Stream.flattenTake(Stream.fromQueue(queue))
   }))

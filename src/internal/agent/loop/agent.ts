@@ -266,7 +266,8 @@ class LiveAgent implements Agent {
       stream.stream(
         deps,
         typeof message === "string" ? user(message, { id: runOptions?.messageId }) : message,
-        runOptions?.cancelOnInterrupt === true
+        runOptions?.cancelOnInterrupt === true,
+        runOptions
       )
   }
   get turnResult(): Agent["turnResult"] {
