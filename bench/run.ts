@@ -36,7 +36,8 @@ const all: ReadonlyArray<() => Promise<{ readonly scenario: Scenario }>> = [
   () => import("./b10.js"),
   () => import("./b11.js"),
   () => import("./b12.js"),
-  () => import("./b13.js")
+  () => import("./b13.js"),
+  () => import("./b15.js")
 ]
 
 const args = process.argv.slice(2)

@@ -32,6 +32,7 @@ import { VERSION } from "./internal/version.js"
 import { InvalidSessionId, type SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import * as Gateway from "./SessionGateway.js"
+import { TurnResult } from "./TurnResult.js"
 
 // -------------------------------------------------------------------------------------------------
 // errors of the HTTP layer
@@ -120,6 +121,10 @@ export const statusOf: Readonly<Record<string, number>> = {
   SessionNotFound: 404,
   MessageIdConflict: 409,
   AgentAlreadyExists: 409,
+  TurnRunning: 409,
+  MessageDiscarded: 409,
+  TurnNotFound: 404,
+  RunsUnsupported: 501,
   ForkInsideOpenTurn: 409,
   SessionConflict: 409,
   SessionAlreadyLive: 409,
@@ -166,6 +171,10 @@ export const SessionProblem = Schema.Union(
   problem(Forbidden),
   problem(SessionError.SessionNotFound),
   problem(Gateway.MessageIdConflict),
+  problem(AgentError.TurnNotFound),
+  problem(Gateway.TurnRunning),
+  problem(AgentError.MessageDiscarded),
+  problem(Gateway.RunsUnsupported),
   problem(AgentError.AgentAlreadyExists),
   problem(SessionError.ForkInsideOpenTurn),
   problem(SessionError.SessionConflict),
@@ -299,6 +308,25 @@ export const EventsParams = Schema.Struct({
 })
 
 /**
+ * APP-05: `POST /sessions/:id/runs` and `GET /sessions/:id/turns/:turn` query: `wait`, in whole
+ * seconds (at most 600); a run waits 60 seconds unless told, a turn's read does not wait.
+ *
+ * @since 0.3.0
+ * @category requests
+ */
+export const WaitParams = Schema.Struct({
+  wait: Schema.optionalWith(
+    DecimalInteger.pipe(Schema.filter((n) => n <= 600 || "a wait is at most 600 seconds (10 minutes)")),
+    { exact: true }
+  )
+})
+
+const TurnPath = Schema.Struct({
+  id: Schema.String,
+  turn: DecimalInteger.pipe(Schema.filter((n) => n >= 1 || "turns are numbered from 1"))
+})
+
+/**
  * `DELETE /sessions/:id` query: `remove=true` also deletes the stored log.
  *
  * @since 0.2.0
@@ -345,6 +373,20 @@ export class SessionsGroup extends HttpApiGroup.make("sessions")
       .setPath(IdPath)
       .setPayload(Gateway.SendRequest)
       .addSuccess(Gateway.SendReceipt, { status: 202 })
+  )
+  .add(
+    HttpApiEndpoint.post("run", "/sessions/:id/runs")
+      .setPath(IdPath)
+      .setUrlParams(WaitParams)
+      .setPayload(Gateway.RunRequest)
+      .addSuccess(TurnResult)
+      .addSuccess(Gateway.RunAccepted, { status: 202 })
+  )
+  .add(
+    HttpApiEndpoint.get("turn", "/sessions/:id/turns/:turn")
+      .setPath(TurnPath)
+      .setUrlParams(WaitParams)
+      .addSuccess(TurnResult)
   )
   .add(
     HttpApiEndpoint.post("cancel", "/sessions/:id/cancel")

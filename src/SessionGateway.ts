@@ -7,7 +7,7 @@
  *
  * @since 0.2.0
  */
-import type { Effect, SchemaAST, Stream } from "effect"
+import type { Duration, Effect, SchemaAST, Stream } from "effect"
 import { Context, Layer, ParseResult, Schema } from "effect"
 import * as AgentError from "./AgentError.js"
 import * as AgentHost from "./AgentHost.js"
@@ -21,6 +21,7 @@ import type { SessionEvent as SessionEventType } from "./SessionEvent.js"
 import type { InboxTarget } from "./SessionEvent.js"
 import type { JsonRecord } from "./SessionEvent.js"
 import { Usage } from "./SessionEvent.js"
+import type { TurnResult } from "./TurnResult.js"
 
 // -------------------------------------------------------------------------------------------------
 // errors
@@ -57,6 +58,38 @@ export class MessageIdConflict extends Schema.TaggedError<MessageIdConflict>("ef
   override get message(): string {
     return `session ${JSON.stringify(this.id)} already accepted message ${JSON.stringify(this.messageId)} with other ` +
       "content; nothing was appended. A message id names one message: use a new id for new input"
+  }
+}
+
+/**
+ * `GET /sessions/:id/turns/:turn` (or `SessionGateway.turn`) named a turn that is still running
+ * when its wait ended (APP-05).
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class TurnRunning extends Schema.TaggedError<TurnRunning>("effect-agent/TurnRunning")(
+  "TurnRunning",
+  { id: Schema.String, turn: Schema.Number }
+) {
+  override get message(): string {
+    return `turn ${this.turn} of session ${JSON.stringify(this.id)} is still running; ask again later, or with a ` +
+      "longer wait (?wait=<seconds>)"
+  }
+}
+
+/**
+ * This gateway does not offer runs (APP-05): a gateway without the optional `run`/`turn` methods.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class RunsUnsupported extends Schema.TaggedError<RunsUnsupported>("effect-agent/RunsUnsupported")(
+  "RunsUnsupported",
+  {}
+) {
+  override get message(): string {
+    return "this gateway does not run turns (it has no run/turn methods); send messages and read the events instead"
   }
 }
 
@@ -262,6 +295,72 @@ export const SendRequest = Schema.Struct({
  * @category requests
  */
 export type SendRequest = typeof SendRequest.Type
+
+/**
+ * A run (APP-05): `message` is the text (or the content parts) of a follow-up; `id` makes a retry
+ * attach to the same message's turn instead of sending it again.
+ *
+ * @since 0.3.0
+ * @category requests
+ */
+export const RunRequest = Schema.Struct({
+  message: Schema.Union(Schema.String, Schema.Array(ContentPart)),
+  id: Schema.optionalWith(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256)), { exact: true })
+}).annotations({ identifier: "RunRequest" })
+
+/**
+ * @since 0.3.0
+ * @category requests
+ */
+export type RunRequest = typeof RunRequest.Type
+
+/**
+ * A run that did not end within its wait (APP-05): its message is accepted; `turn` is the turn
+ * that claimed it, once one did (read it later with `GET /sessions/:id/turns/:turn`).
+ *
+ * @since 0.3.0
+ * @category results
+ */
+export const RunAccepted = Schema.TaggedStruct("RunAccepted", {
+  messageId: MessageId,
+  turn: Schema.optionalWith(Schema.Int, { exact: true })
+}).annotations({ identifier: "RunAccepted" })
+
+/**
+ * @since 0.3.0
+ * @category results
+ */
+export type RunAccepted = typeof RunAccepted.Type
+
+/**
+ * What a run answers (APP-05): the `TurnResult` of a turn that ended within the wait (whatever its
+ * reason: a failed turn is a result too), else `RunAccepted`.
+ *
+ * @since 0.3.0
+ * @category results
+ */
+export type RunOutcome = TurnResult | RunAccepted
+
+/**
+ * What `run` can fail with.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type RunError = SendError | AgentError.MessageDiscarded | AgentError.TurnNotFound
+
+/**
+ * What `turn` can fail with.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type TurnError =
+  | ActivationError
+  | AgentError.TurnNotFound
+  | TurnRunning
+  | AgentError.AgentInactive
+  | AgentError.AgentBroken
 
 /**
  * The agent options a session is created with (the route and the loop's limits; SPEC §7).
@@ -680,6 +779,30 @@ export class SessionGateway extends Context.Tag("effect-agent/SessionGateway")<S
    * not passivated, HOST-02). It runs until the client stops it or the gateway closes.
    */
   readonly eventsFrom: (id: string, seq: number) => Stream.Stream<StreamEvent, EventsError>
+  /**
+   * APP-05 (optional: the host's gateway has it): sends a follow-up and waits up to `wait` for the
+   * turn that claims it; its `TurnResult` whatever its end, else `RunAccepted`. A message id already
+   * accepted with the same text attaches to that message's turn; with other content it fails
+   * `MessageIdConflict`.
+   *
+   * @since 0.3.0
+   */
+  readonly run?: (
+    id: string,
+    request: RunRequest,
+    options?: { readonly wait?: Duration.DurationInput | undefined } | undefined
+  ) => Effect.Effect<RunOutcome, RunError>
+  /**
+   * APP-05 (optional, with `run`): the result of turn `turn`, waiting up to `wait` for one that runs
+   * (then `TurnRunning`); `TurnNotFound` when the session has no such turn.
+   *
+   * @since 0.3.0
+   */
+  readonly turn?: (
+    id: string,
+    turn: number,
+    options?: { readonly wait?: Duration.DurationInput | undefined } | undefined
+  ) => Effect.Effect<TurnResult, TurnError>
   /** Whether the gateway serves requests (for `/readyz`): false while it starts up or shuts down. */
   readonly ready: Effect.Effect<boolean>
 }>() {}

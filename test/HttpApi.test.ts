@@ -114,7 +114,9 @@ describe("HttpApi over files", () => {
         "/sessions/{id}/cancel",
         "/sessions/{id}/events",
         "/sessions/{id}/fork",
-        "/sessions/{id}/messages"
+        "/sessions/{id}/messages",
+        "/sessions/{id}/runs",
+        "/sessions/{id}/turns/{turn}"
       ])
       assert.deepStrictEqual(yield* storedCounts(store), { alpha: 0, [long]: 0 })
     }))

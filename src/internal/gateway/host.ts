@@ -6,16 +6,18 @@
  * @internal
  */
 import type { Scope } from "effect"
-import { Array as Arr, Deferred, Effect, Exit, Option, Stream } from "effect"
+import { Array as Arr, Deferred, Duration, Effect, Exit, Option, Stream } from "effect"
 import type { Agent } from "../../Agent.js"
 import * as AgentError from "../../AgentError.js"
 import { AgentHost } from "../../AgentHost.js"
 import { AgentRegistry } from "../../AgentRegistry.js"
-import type * as Message from "../../Message.js"
 import type { SessionId } from "../../Message.js"
+import * as Message from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
 import type * as Gateway from "../../SessionGateway.js"
-import { MessageIdConflict, SessionGateway, sendTarget } from "../../SessionGateway.js"
+import { MessageIdConflict, SessionGateway, sendTarget, TurnRunning } from "../../SessionGateway.js"
+import type { SessionEvent } from "../../SessionEvent.js"
+import type { TurnResult } from "../../TurnResult.js"
 import type { RecoverySummary, SessionSummary, UnreadableSession } from "../../SessionPersistence.js"
 import { SessionPersistence } from "../../SessionPersistence.js"
 import type { DurableReader, EventsInto } from "./durableAndLive.js"
@@ -182,6 +184,98 @@ const send = (g: GatewayState, id: string, sendRequest: Gateway.SendRequest) =>
       ))
   }).pipe(Effect.withSpan("SessionGateway.send"))
 
+/** APP-05: a run's wait: 60 seconds unless given, at most 10 minutes. */
+const waitOf = (wait: Duration.DurationInput | undefined): Duration.Duration =>
+  Duration.min(wait === undefined ? Duration.seconds(60) : Duration.decode(wait), Duration.minutes(10))
+
+/** The turn whose step `messageId` entered, from the log (walking back: a run's message is recent). */
+const turnOfMessage = (events: ReadonlyArray<SessionEvent>, messageId: string): number | undefined => {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const event = events[i]!
+    if (event.type !== "user/message") continue
+    const data = event.data as { readonly turn: number; readonly message: Message.UserMessage }
+    if (data.message.id === messageId) return data.turn
+  }
+  return undefined
+}
+
+/** A turn's result within `wait` (a failed turn's too; an ended one's at once), else `None`. */
+const awaitWithin = (agent: Agent, turn: number, wait: Duration.Duration) =>
+  Effect.flatMap(agent.turnResult(turn), (ended) =>
+    Option.isSome(ended) ? Effect.succeed(ended) : agent.awaitTurn(turn).pipe(
+      Effect.catchTag("TurnFailed", (failed) => Effect.succeed(failed.partial)),
+      Effect.timeoutOption(wait)
+    ))
+
+/** APP-05: a run's message accepted before: the same text attaches to its turn, other content conflicts. */
+const attach = (agent: Agent, message: Message.UserMessage, wait: Duration.Duration) =>
+  Effect.gen(function*() {
+    const events = yield* agent.session.events
+    const accepted = summary.findAccepted(events, agent.session.header.seedLength, message.id)
+    if (Option.isNone(accepted) || !summary.isRepeat(accepted.value, message.content, "next-turn", true)) {
+      return yield* new MessageIdConflict({ id: agent.id, messageId: message.id })
+    }
+    const turn = turnOfMessage(events, message.id)
+    const accepting: Gateway.RunAccepted = {
+      _tag: "RunAccepted",
+      messageId: message.id,
+      ...(turn === undefined ? {} : { turn })
+    }
+    if (turn === undefined) return accepting
+    const result = yield* awaitWithin(agent, turn, wait)
+    return Option.getOrElse(result, (): Gateway.RunOutcome => accepting)
+  })
+
+/** `SessionGateway.run` (APP-05): `agent.run` through the host, its wait bounded; the turn belongs to the agent. */
+const runOf = (g: GatewayState) =>
+(
+  id: string,
+  request: Gateway.RunRequest,
+  options?: { readonly wait?: Duration.DurationInput | undefined } | undefined
+): Effect.Effect<Gateway.RunOutcome, Gateway.RunError> =>
+  Effect.gen(function*() {
+    const key = yield* validId(id)
+    const wait = waitOf(options?.wait)
+    const message = Message.user(typeof request.message === "string" ? request.message : "", {
+      ...(request.id === undefined ? {} : { id: request.id }),
+      ...(typeof request.message === "string" ? {} : { content: request.message })
+    })
+    return yield* withAgent(g, key, (agent) =>
+      agent.run(message).pipe(
+        Effect.catchTag("TurnFailed", (failed) => Effect.succeed(failed.partial)),
+        Effect.timeoutOption(wait),
+        Effect.flatMap(Option.match({
+          onSome: (result): Effect.Effect<Gateway.RunOutcome> => Effect.succeed(result),
+          onNone: () =>
+            Effect.map(agent.session.events, (events): Gateway.RunOutcome => {
+              const turn = turnOfMessage(events, message.id)
+              return { _tag: "RunAccepted", messageId: message.id, ...(turn === undefined ? {} : { turn }) }
+            })
+        })),
+        Effect.catchTag("DuplicateMessage", () => attach(agent, message, wait))
+      ))
+  }).pipe(Effect.withSpan("SessionGateway.run"))
+
+/** `SessionGateway.turn` (APP-05): a turn's result, waiting up to `wait` for a running one. */
+const turnOf = (g: GatewayState) =>
+(
+  id: string,
+  turn: number,
+  options?: { readonly wait?: Duration.DurationInput | undefined } | undefined
+): Effect.Effect<TurnResult, Gateway.TurnError> =>
+  Effect.gen(function*() {
+    const key = yield* validId(id)
+    const wait = options?.wait === undefined ? Duration.zero : waitOf(options.wait)
+    return yield* withAgent(g, key, (agent) =>
+      Effect.flatMap(
+        awaitWithin(agent, turn, wait),
+        Option.match({
+          onSome: Effect.succeed,
+          onNone: () => Effect.fail(new TurnRunning({ id: key, turn }))
+        })
+      ))
+  }).pipe(Effect.withSpan("SessionGateway.turn"))
+
 const cancel = (g: GatewayState, id: string, cancelRequest?: Gateway.CancelRequest | undefined) =>
   Effect.gen(function*() {
     const { keepInbox, key } = yield* requests.cancelOf(id, cancelRequest)
@@ -269,6 +363,8 @@ const serviceOf = (g: GatewayState): SessionGateway["Type"] =>
     summary: (id) => summaryById(g, id),
     create: (id, request) => create(g, id, request),
     send: (id, request) => send(g, id, request),
+    run: runOf(g),
+    turn: turnOf(g),
     cancel: (id, request) => cancel(g, id, request),
     fork: (id, request) => fork(g, id, request),
     dispose: (id) => dispose(g, id),

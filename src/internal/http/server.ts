@@ -29,7 +29,12 @@ import * as Message from "../../Message.js"
 import type { SessionId } from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
 import type { EventsError, SessionInfo, SessionPage } from "../../SessionGateway.js"
-import { InvalidRequest, SessionGateway, SessionInfo as SessionInfoSchema } from "../../SessionGateway.js"
+import {
+  InvalidRequest,
+  RunsUnsupported,
+  SessionGateway,
+  SessionInfo as SessionInfoSchema
+} from "../../SessionGateway.js"
 import type { EventsInto } from "../gateway/durableAndLive.js"
 import { eventsInto } from "../gateway/durableAndLive.js"
 import * as listing from "../gateway/summary.js"
@@ -425,6 +430,24 @@ const sessionsLayer = (settings: Settings) =>
         .handle("get", ({ path }) => Effect.flatMap(allow(settings, path.id, "read"), (id) => gateway.summary(id)))
         .handle("send", ({ path, payload }) =>
           Effect.flatMap(allow(settings, path.id, "send"), (id) => gateway.send(id, payload)))
+        .handle("run", ({ path, payload, urlParams }) =>
+          Effect.gen(function*() {
+            const id = yield* allow(settings, path.id, "send")
+            if (gateway.run === undefined) return yield* new RunsUnsupported()
+            const outcome = yield* gateway.run(id, payload, { wait: Duration.seconds(urlParams.wait ?? 60) })
+            if (!("_tag" in outcome)) return outcome
+            // APP-05: 202 with where to read the turn once it is known
+            const location = outcome.turn === undefined
+              ? {}
+              : { location: `/sessions/${encodeURIComponent(id)}/turns/${outcome.turn}` }
+            return yield* HttpServerResponse.json(outcome, { status: 202, headers: location }).pipe(Effect.orDie)
+          }))
+        .handle("turn", ({ path, urlParams }) =>
+          Effect.gen(function*() {
+            const id = yield* allow(settings, path.id, "read")
+            if (gateway.turn === undefined) return yield* new RunsUnsupported()
+            return yield* gateway.turn(id, path.turn, { wait: Duration.seconds(urlParams.wait ?? 0) })
+          }))
         .handle("cancel", ({ path, payload }) =>
           Effect.flatMap(allow(settings, path.id, "cancel"), (id) => gateway.cancel(id, payload)))
         .handle("fork", ({ path, payload }) =>

@@ -1,0 +1,96 @@
+/**
+ * APP-05 over real HTTP on 127.0.0.1: `POST /sessions/:id/runs` and `GET /sessions/:id/turns/:turn`
+ * against the host gateway, with `fetch` as the client.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Chunk, Deferred, Effect, Fiber, Schema, TestClock } from "effect"
+import * as Model from "../src/Model.js"
+import * as Tool from "../src/Tool.js"
+import * as TurnResult from "../src/TurnResult.js"
+import type { Served } from "./fixtures/httpServer.js"
+import { fileStore, request, serve } from "./fixtures/httpServer.js"
+
+const route = { provider: "scripted", model: "test" }
+
+const post = (served: Served, path: string, body: unknown) =>
+  request(`${served.url}${path}`, { method: "POST", body })
+
+const decodeResult = Schema.decodeUnknownSync(TurnResult.TurnResult)
+
+/** Waits until the server's wait is registered on the TestClock, then lets it pass. */
+const passWait = (seconds: number) =>
+  Effect.zipRight(
+    TestClock.sleeps().pipe(Effect.repeat({ until: Chunk.isNonEmpty })),
+    TestClock.adjust(`${seconds} seconds`)
+  )
+
+describe("APP-05 runs over HTTP", () => {
+  it.scoped("APP-05 POST /sessions/:id/runs answers 200 with the TurnResult; a failed turn is 200 with its reason", () =>
+    Effect.gen(function*() {
+      const store = yield* fileStore
+      const served = yield* serve(store, [Model.text("hello over http"), Model.fail("AUTH")])
+      yield* request(`${served.url}/sessions/web`, { method: "PUT", body: { options: route } })
+      const ran = yield* post(served, "/sessions/web/runs", { message: "hi", id: "h1" })
+      assert.strictEqual(ran.status, 200, JSON.stringify(ran.body))
+      const result = decodeResult(ran.body)
+      assert.strictEqual(result.text, "hello over http")
+      assert.deepStrictEqual(result.reason, { kind: "completed" })
+      // what the host derives from the log is what the wire carried
+      const read = yield* request(`${served.url}/sessions/web/turns/${result.turn}`)
+      assert.strictEqual(read.status, 200)
+      assert.deepStrictEqual(decodeResult(read.body), result)
+      const failed = yield* post(served, "/sessions/web/runs", { message: [{ type: "text", text: "again" }] })
+      assert.strictEqual(failed.status, 200)
+      const failure = decodeResult(failed.body)
+      assert.strictEqual(failure.reason.kind, "error")
+      assert.strictEqual(failure.turn, 2)
+    }))
+
+  it.scoped("APP-05 a run past its wait is 202 {turn, messageId} with Location; GET turns is 409 while it runs, 200 once ended, 404 for no such turn; a known id attaches, other content is 409", () =>
+    Effect.gen(function*() {
+      const started = yield* Deferred.make<void>()
+      const gate = yield* Deferred.make<void>()
+      const gateTool = Tool.make({
+        name: "gate",
+        description: "Waits",
+        parameters: Schema.Struct({}),
+        run: () => Effect.zipRight(Deferred.succeed(started, undefined), Effect.as(Deferred.await(gate), Tool.text("open")))
+      })
+      const store = yield* fileStore
+      const served = yield* serve(store, [Model.toolCall("g", "gate", "{}"), Model.text("done at last")], {
+        host: { setup: (agent) => agent.tools.register(gateTool) }
+      })
+      yield* request(`${served.url}/sessions/slow`, { method: "PUT", body: { options: route } })
+      const pending = yield* Effect.fork(post(served, "/sessions/slow/runs?wait=1", { message: "take your time", id: "r1" }))
+      yield* Deferred.await(started)
+      yield* passWait(1)
+      const accepted = yield* Fiber.join(pending)
+      assert.strictEqual(accepted.status, 202, JSON.stringify(accepted.body))
+      assert.deepStrictEqual(accepted.body, { _tag: "RunAccepted", messageId: "r1", turn: 1 })
+      assert.strictEqual(accepted.headers.get("location"), "/sessions/slow/turns/1")
+      const running = yield* request(`${served.url}/sessions/slow/turns/1`)
+      assert.strictEqual(running.status, 409)
+      assert.strictEqual((running.body as { readonly title: string }).title, "TurnRunning")
+      // the same id and text again attaches to that turn; other content under the id is a conflict
+      const attaching = yield* Effect.fork(post(served, "/sessions/slow/runs?wait=2", { message: "take your time", id: "r1" }))
+      yield* passWait(2)
+      assert.deepStrictEqual((yield* Fiber.join(attaching)).body, { _tag: "RunAccepted", messageId: "r1", turn: 1 })
+      const conflict = yield* post(served, "/sessions/slow/runs", { message: "something else", id: "r1" })
+      assert.strictEqual(conflict.status, 409)
+      assert.strictEqual((conflict.body as { readonly title: string }).title, "MessageIdConflict")
+      yield* Deferred.succeed(gate, undefined)
+      yield* served.host.use("slow", (agent) => agent.whenIdle)
+      const ended = yield* request(`${served.url}/sessions/slow/turns/1`)
+      assert.strictEqual(ended.status, 200)
+      assert.strictEqual(decodeResult(ended.body).text, "done at last")
+      const missing = yield* request(`${served.url}/sessions/slow/turns/9`)
+      assert.strictEqual(missing.status, 404)
+      assert.strictEqual((missing.body as { readonly title: string }).title, "TurnNotFound")
+      const tooLong = yield* post(served, "/sessions/slow/runs?wait=601", { message: "x" })
+      assert.strictEqual(tooLong.status, 400)
+      const openapi = yield* request(`${served.url}/openapi.json`)
+      const paths = (openapi.body as { readonly paths: Record<string, Record<string, unknown>> }).paths
+      assert.containsAllKeys(paths["/sessions/{id}/runs"]!, ["post"])
+      assert.containsAllKeys(paths["/sessions/{id}/turns/{turn}"]!, ["get"])
+    }))
+})
