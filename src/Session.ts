@@ -16,7 +16,6 @@ import * as SessionError from "./SessionError.js"
 import type { SessionWriter } from "./SessionPersistence.js"
 import type { CustomEventInput, JsonRecord, SessionEvent, SessionHeader, Usage } from "./SessionEvent.js"
 import { FORMAT, VERSION } from "./SessionEvent.js"
-import { snapshot } from "./internal/json.js"
 
 /**
  * @since 0.1.0
@@ -104,15 +103,8 @@ export const plan = (options: {
 }): Either.Either<SessionPlan, InvalidSessionId | SessionError.InvalidEventData> => {
   const id = sessionId(options.id)
   if (Either.isLeft(id)) return Either.left(id.left)
-  const meta = snapshot(options.meta ?? {})
-  if (meta._tag === "Left" || typeof meta.value !== "object" || meta.value === null || Array.isArray(meta.value)) {
-    return Either.left(
-      new SessionError.InvalidEventData({
-        type: "(header meta)",
-        reason: meta._tag === "Left" ? `${meta.problem.path}: ${meta.problem.reason}` : "meta must be a JSON object"
-      })
-    )
-  }
+  const meta = internal.headerMeta(options.meta)
+  if (Either.isLeft(meta)) return Either.left(meta.left)
   const seedInput = options.seed ?? []
   const seed: Array<SessionEvent> = []
   for (let i = 0; i < seedInput.length; i++) {
@@ -135,7 +127,7 @@ export const plan = (options: {
     createdAt: Math.floor(options.createdAt),
     ...(options.parentSession !== undefined ? { parentSession: options.parentSession } : {}),
     seedLength: seed.length,
-    meta: meta.value as JsonRecord
+    meta: meta.right
   })
   return Either.right({ header, seed })
 }

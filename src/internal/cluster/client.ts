@@ -39,15 +39,13 @@ export const make = Effect.gen(function*() {
   const persistence = yield* SessionPersistence
   const clientFor = yield* AgentEntity.client
 
-  /** The entity's client for an id decoded once here (ARCH-04), else `InvalidSessionId`. */
-  const entity = (id: string) => Effect.map(requests.sessionKey(id), clientFor)
-
   /** A request to the entity of a decoded id; the cluster's own failures become `PersistenceError`. */
   const callKey = <A, E>(key: SessionId, request: (client: ReturnType<typeof clientFor>) => Effect.Effect<A, E>) =>
     refailCluster(request(clientFor(key)))
 
+  /** The same for an id decoded here, once (ARCH-04), else `InvalidSessionId`. */
   const call = <A, E>(id: string, request: (client: ReturnType<typeof clientFor>) => Effect.Effect<A, E>) =>
-    Effect.flatMap(entity(id), (client) => refailCluster(request(client)))
+    Effect.flatMap(requests.sessionKey(id), (key) => callKey(key, request))
 
   // ---------------------------------------------------------------------------------------------
   // list: stored ids from the store, summaries from the entities
@@ -101,7 +99,7 @@ export const make = Effect.gen(function*() {
   // the event stream
 
   const eventsFrom = (id: string, seq: number): Stream.Stream<Gateway.StreamEvent, Gateway.EventsError> =>
-    Stream.unwrap(Effect.map(entity(id), (client) => {
+    Stream.unwrap(Effect.map(Effect.map(requests.sessionKey(id), clientFor), (client) => {
       let next = seq
       const once = Stream.suspend(() => client.Events({ from: next })).pipe(
         // a stream re-sent by the cluster after its runner died starts again from its cursor
@@ -135,7 +133,8 @@ export const make = Effect.gen(function*() {
     list,
     summary: (id) => call(id, (client) => client.Summary()),
     create: (id, request) =>
-      call(id, (client) => client.Create(request ?? {})).pipe(Effect.withSpan("ClusterClient.create")),
+      Effect.flatMap(requests.createOf(id, request), ({ key, request }) => callKey(key, (client) => client.Create(request)))
+        .pipe(Effect.withSpan("ClusterClient.create")),
     send: (id, request) => Effect.flatMap(requests.sendOf(id, request), sendDecoded),
     sendMessage,
     cancel: (id, request) =>

@@ -143,8 +143,8 @@ const summaryById = (g: GatewayState, id: string) =>
 // writes: through the host, which activates the agent when needed (HTTP-00)
 
 /** `SessionGateway.create`: the session created unless it exists, live or stored; its summary. */
-const create = (g: GatewayState, id: string, request?: Gateway.CreateRequest | undefined) =>
-  Effect.flatMap(validId(id), (key) =>
+const create = (g: GatewayState, id: string, createRequest?: Gateway.CreateRequest | undefined) =>
+  Effect.flatMap(requests.createOf(id, createRequest), ({ key, request }) =>
     g.exclusive(
       key,
       Effect.gen(function*() {

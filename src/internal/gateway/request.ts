@@ -3,16 +3,24 @@
  * and the cluster client (`cluster/client.ts`) both run on a request before anything else, so the
  * two refuse bad input with the same error and the same words. Each decoder takes the id and the
  * request as a caller gives them (strings, optional fields) and returns what the gateway works with:
- * the `SessionId` (ID-01) decoded once, the message built (its id minted when absent), the defaults
- * filled in. Nothing inward decodes them again.
+ * the `SessionId` (ID-01) decoded once, the message built (its id minted when absent), the content,
+ * agent options and meta checked, the defaults filled in. The gateways' own functions take the
+ * decoded values; the cluster client refuses bad input here instead of dying when the RPC encodes it.
+ * (The public services a gateway calls, `AgentHost` and `AgentRegistry`, still check the ids they
+ * are given, as they do any caller's.)
  *
  * @internal
  */
-import { Either } from "effect"
+import { Either, ParseResult, Schema } from "effect"
+import type { InvalidAgentOptions } from "../../AgentError.js"
 import * as Message from "../../Message.js"
 import type { SessionId } from "../../Message.js"
+import type * as SessionError from "../../SessionError.js"
 import type * as Gateway from "../../SessionGateway.js"
 import { InvalidRequest } from "../../SessionGateway.js"
+import { readableIssues } from "../http/problem.js"
+import { headerMeta } from "../log/session.js"
+import { decodeAgentOptions } from "../options.js"
 
 /** The default page of `list` (SEC-06: 1..1000, 100 when not given). @internal */
 export const DEFAULT_PAGE = 100
@@ -22,6 +30,19 @@ export const sessionKey = (id: string): Either.Either<SessionId, Message.Invalid
 
 /** The shortest and longest message id (ID-02), as `Message.MessageId` has them. */
 const MESSAGE_ID_LENGTH = { min: 1, max: 256 } as const
+
+const decodeContent = Schema.decodeUnknownEither(Schema.Array(Message.ContentPart))
+
+/** A message's `content`, decoded; refused in the words the HTTP API uses for a bad body (SEC-03). */
+const contentOf = (
+  content: unknown
+): Either.Either<ReadonlyArray<Message.ContentPart>, InvalidRequest> =>
+  Either.mapLeft(decodeContent(content), (error) =>
+    new InvalidRequest({
+      reason: readableIssues(
+        ParseResult.ArrayFormatter.formatErrorSync(error).map((issue) => ({ ...issue, path: ["content", ...issue.path] }))
+      )
+    }))
 
 /**
  * The message a send request describes (its id minted when absent), or why it cannot be one:
@@ -33,16 +54,16 @@ export const messageOf = (request: Gateway.SendRequest): Either.Either<Message.U
   if ((request.text === undefined) === (request.content === undefined)) {
     return Either.left(new InvalidRequest({ reason: "a message has exactly one of text and content" }))
   }
+  if (request.text !== undefined && typeof request.text !== "string") {
+    return Either.left(new InvalidRequest({ reason: "field text: a string is expected" }))
+  }
   const id = request.id
   if (id !== undefined && (typeof id !== "string" || id.length < MESSAGE_ID_LENGTH.min || id.length > MESSAGE_ID_LENGTH.max)) {
     return Either.left(new InvalidRequest({ reason: "a message id is 1-256 characters" }))
   }
-  return Either.right(
-    Message.user(request.text ?? "", {
-      ...(id === undefined ? {} : { id }),
-      ...(request.content === undefined ? {} : { content: request.content })
-    })
-  )
+  if (request.content === undefined) return Either.right(Message.user(request.text ?? "", id === undefined ? {} : { id }))
+  return Either.map(contentOf(request.content), (content) =>
+    Message.user("", { ...(id === undefined ? {} : { id }), content }))
 }
 
 /** A send, decoded: the session, the message and the mode (`followup` by default). @internal */
@@ -80,13 +101,43 @@ export interface Fork {
   readonly upTo: number | undefined
 }
 
-/** `fork`'s input decoded: the source's id first, then the child's. @internal */
+/**
+ * `fork`'s input decoded: the source's id first, then the child's. The boundary `upTo` is checked
+ * against the source's log where it is read (FORK-01, `InvalidForkBoundary`).
+ *
+ * @internal
+ */
 export const forkOf = (
   id: string,
   request: Gateway.ForkRequest
 ): Either.Either<Fork, Message.InvalidSessionId> =>
   Either.flatMap(sessionKey(id), (key) =>
     Either.map(sessionKey(request.childId), (childId) => ({ key, childId, upTo: request.upTo })))
+
+/** A create, decoded: the session and its request with the options and meta checked. @internal */
+export interface Create {
+  readonly key: SessionId
+  readonly request: Gateway.CreateRequest
+}
+
+/**
+ * `create`'s input decoded: the id, then the agent options (CORE-08, `InvalidAgentOptions` naming
+ * each bad field, as the AgentLoop says it) and the header's meta (`InvalidEventData`, as a session
+ * plan says it), whether or not the session exists.
+ *
+ * @internal
+ */
+export const createOf = (
+  id: string,
+  request?: Gateway.CreateRequest | undefined
+): Either.Either<Create, Message.InvalidSessionId | InvalidAgentOptions | SessionError.InvalidEventData> =>
+  Either.flatMap(sessionKey(id), (key): Either.Either<Create, InvalidAgentOptions | SessionError.InvalidEventData> => {
+    if (request === undefined) return Either.right({ key, request: {} })
+    const checked = request.options === undefined ? Either.right(undefined) : decodeAgentOptions(request.options)
+    if (Either.isLeft(checked)) return Either.left(checked.left)
+    if (request.meta === undefined) return Either.right({ key, request })
+    return Either.map(headerMeta(request.meta), () => ({ key, request }))
+  })
 
 /** A page of `list`, decoded: its size and where it starts. @internal */
 export interface Page {

@@ -14,13 +14,34 @@ import type { Session, SessionPlan } from "../../Session.js"
 import * as eventCursor from "./eventCursor.js"
 import * as usage from "./usage.js"
 import * as SessionError from "../../SessionError.js"
-import type { CoreEventInput, CustomEventInput, SessionEvent, SessionHeader } from "../../SessionEvent.js"
+import type { CoreEventInput, CustomEventInput, JsonRecord, SessionEvent, SessionHeader } from "../../SessionEvent.js"
+import { snapshot } from "../json.js"
 import type { SessionWriter } from "../../SessionPersistence.js"
 import { currentInitiatorRef } from "../agent/registry.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "../feed.js"
 import * as history from "./history.js"
 import * as observability from "../observability.js"
+
+
+/**
+ * A header's `meta` (PUB-02): plain JSON in an object, copied, else `InvalidEventData` naming the
+ * problem. What `Session.plan` and the gateways' requests (ARCH-04) both check.
+ *
+ * @internal
+ */
+export const headerMeta = (meta: unknown): Either.Either<JsonRecord, SessionError.InvalidEventData> => {
+  const copied = snapshot(meta ?? {})
+  if (copied._tag === "Left" || typeof copied.value !== "object" || copied.value === null || Array.isArray(copied.value)) {
+    return Either.left(
+      new SessionError.InvalidEventData({
+        type: "(header meta)",
+        reason: copied._tag === "Left" ? `${copied.problem.path}: ${copied.problem.reason}` : "meta must be a JSON object"
+      })
+    )
+  }
+  return Either.right(copied.value as JsonRecord)
+}
 
 /**
  * What only the inbox, the loop and repair may do with a session (SES-00).
