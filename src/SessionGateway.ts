@@ -7,7 +7,7 @@
  *
  * @since 0.2.0
  */
-import type { Effect, SchemaAST, Stream } from "effect"
+import type { Chunk, Effect, Exit, SchemaAST, Scope, Stream } from "effect"
 import { Context, Layer, ParseResult, Schema } from "effect"
 import * as AgentError from "./AgentError.js"
 import * as AgentHost from "./AgentHost.js"
@@ -640,6 +640,23 @@ export const sendTarget = (mode: SendMode): { readonly target: InboxTarget; read
 // the service
 
 /**
+ * Where `gateway.eventsInto` hands a session's events: `live` in the agent's publishing step (kept
+ * where the reader looks, or dropped: live events are best-effort, EVS-02), the durable ones in
+ * order and each once — `tryDurable` in the committing step (false when there is no room now: they
+ * come again through `durable`), `durable` waiting for room — and `end` after the last durable
+ * event, with its failure if the stream failed.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface EventSink {
+  readonly live: (event: StreamEvent) => void
+  readonly tryDurable: (events: Chunk.Chunk<StreamEvent>) => boolean
+  readonly durable: (events: Chunk.Chunk<StreamEvent>) => Effect.Effect<void>
+  readonly end: (exit: Exit.Exit<void, EventsError>) => Effect.Effect<void>
+}
+
+/**
  * The gateway (HTTP-00). Ids are validated by the gateway (`InvalidSessionId`), so a front end
  * passes them on as it received them.
  *
@@ -680,6 +697,17 @@ export class SessionGateway extends Context.Tag("effect-agent/SessionGateway")<S
    * not passivated, HOST-02). It runs until the client stops it or the gateway closes.
    */
   readonly eventsFrom: (id: string, seq: number) => Stream.Stream<StreamEvent, EventsError>
+  /**
+   * `eventsFrom` without a stream between: the same events run into `sink` from the caller's Scope
+   * (a fiber of it reads the durable ones; the live ones reach the sink in the agent's publishing
+   * step), then the sink's `end` with the outcome `eventsFrom` would have had. The HTTP API's
+   * event-stream body is such a sink (B9), and it reads `eventsFrom` from a gateway without this.
+   * The gateway of {@link layerHost} has it; a wrapper that replaces `eventsFrom` should replace or
+   * leave out `eventsInto` too (ARCH-01).
+   *
+   * @since 0.3.0
+   */
+  readonly eventsInto?: ((id: string, seq: number, sink: EventSink) => Effect.Effect<void, never, Scope.Scope>) | undefined
   /** Whether the gateway serves requests (for `/readyz`): false while it starts up or shuts down. */
   readonly ready: Effect.Effect<boolean>
 }>() {}

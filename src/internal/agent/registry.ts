@@ -195,6 +195,8 @@ const publisherOf = (s: RegistryState): AgentPublisher => ({
         : announceNow(s, entry, source)
     ),
   detach: (entry) => s.entries.detach(entry.entry),
+  // ARCH-01: the factory's collision pre-check reads the registry that called it, without a span (B1)
+  lookup: (id) => lookupIn(s, id),
   publish: (event) => event._tag === "ModelDelta" && !s.includeModelDeltas ? Effect.void : s.feed.publish(event)
 })
 
@@ -384,12 +386,11 @@ const closeRegions = (s: RegistryState) =>
 // The service
 
 /** The service over the state: public methods traced (`Effect.fn`), the create path with a light span. */
-const serviceOf = (s: RegistryState, publisher: AgentPublisher): AgentRegistry["Type"] & Untraced => {
+const serviceOf = (s: RegistryState, publisher: AgentPublisher): AgentRegistry["Type"] => {
   const lookup = (id: SessionId | string) => lookupIn(s, id)
   const region = regionOf(s)
   const currentInitiator = FiberRef.get(currentInitiatorRef)
   return {
-    [UntracedLookup]: lookup,
     get: Effect.fn("AgentRegistry.get")(function*(id: SessionId | string) {
       return yield* lookup(id)
     }),
@@ -493,25 +494,6 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
     yield* Scope.addFinalizer(registryScope, closeRegions(s))
     return { registry: serviceOf(s, publisher), publisher }
   })
-
-/** The key of a registry's `get` without its span, on the registries built here. */
-const UntracedLookup: unique symbol = Symbol.for("effect-agent/AgentRegistry/untracedLookup")
-
-interface Untraced {
-  readonly [UntracedLookup]: (id: SessionId | string) => Effect.Effect<Option.Option<Agent>>
-}
-
-const isUntraced = (registry: AgentRegistry["Type"]): registry is AgentRegistry["Type"] & Untraced =>
-  UntracedLookup in registry
-
-/**
- * `registry.get` without its span (a span per creation costs B1 dearly), for the factory's
- * collision pre-check; `get` itself for a registry built elsewhere.
- *
- * @internal
- */
-export const lookup = (registry: AgentRegistry["Type"], id: SessionId | string): Effect.Effect<Option.Option<Agent>> =>
-  isUntraced(registry) ? registry[UntracedLookup](id) : registry.get(id)
 
 /** @internal */
 export const make = (options?: Options): Effect.Effect<AgentRegistry["Type"], never, Scope.Scope> =>

@@ -292,8 +292,6 @@ export const buildAgent = (
       const spawn = spawnOf(loop, build, driver)
       const agent = new LiveAgent(build, options, session, inbox, driver, feed, spawn, forkOf(loop, build, session, driver))
       build.agent = agent
-      // HOST-02: whoever hosts the agent reads how many watch it, however they got it
-      Feed.attach(agent, feed)
       return { agent, setupView: setupViewOf(build, session, inbox, spawn), parentAgent } as const
     }
     if (replayed !== undefined) {
