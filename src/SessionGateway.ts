@@ -13,51 +13,24 @@ import * as AgentError from "./AgentError.js"
 import * as AgentHost from "./AgentHost.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
 import * as codec from "./internal/log/eventCodec.js"
+import { InvalidRequest, MessageIdConflict } from "./internal/gateway/errors.js"
 import * as internal from "./internal/gateway/host.js"
 import * as json from "./internal/json.js"
 import { ContentPart, InvalidSessionId, MessageId, SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent as SessionEventType } from "./SessionEvent.js"
-import type { InboxTarget } from "./SessionEvent.js"
 import type { JsonRecord } from "./SessionEvent.js"
 import { Usage } from "./SessionEvent.js"
 
 // -------------------------------------------------------------------------------------------------
 // errors
 
-/**
- * A request the gateway cannot act on as given: a body that is not JSON or does not match its
- * schema, a message with both or neither of `text` and `content`, a malformed message id. Nothing
- * was changed.
- *
- * @since 0.2.0
- * @category errors
- */
-export class InvalidRequest extends Schema.TaggedError<InvalidRequest>("effect-agent/InvalidRequest")(
-  "InvalidRequest",
-  { reason: Schema.String }
-) {
-  override get message(): string {
-    return `the request was refused: ${this.reason}. Nothing was changed; fix the request and send it again`
-  }
-}
-
-/**
- * A `MessageId` this session already accepted, sent again with other content (or another mode).
- * Nothing was appended. The same id with the same content is not an error: the send succeeds
- * again, appending nothing (an idempotent retry).
- *
- * @since 0.2.0
- * @category errors
- */
-export class MessageIdConflict extends Schema.TaggedError<MessageIdConflict>("effect-agent/MessageIdConflict")(
-  "MessageIdConflict",
-  { id: Schema.String, messageId: Schema.String }
-) {
-  override get message(): string {
-    return `session ${JSON.stringify(this.id)} already accepted message ${JSON.stringify(this.messageId)} with other ` +
-      "content; nothing was appended. A message id names one message: use a new id for new input"
-  }
+// they live in `internal/gateway/errors.ts`, where the gateways' internals import them (ARCH-02)
+export {
+  /** @since 0.2.0 */
+  InvalidRequest,
+  /** @since 0.2.0 */
+  MessageIdConflict
 }
 
 /**
@@ -629,12 +602,7 @@ export type StreamEvent = typeof StreamEvent.Type
  * @since 0.2.0
  * @category requests
  */
-export const sendTarget = (mode: SendMode): { readonly target: InboxTarget; readonly wake: boolean } =>
-  mode === "followup"
-    ? { target: "next-turn", wake: true }
-    : mode === "steer"
-    ? { target: "next-step", wake: true }
-    : { target: "next-step", wake: false }
+export { sendTarget } from "./internal/gateway/errors.js"
 
 // -------------------------------------------------------------------------------------------------
 // the service

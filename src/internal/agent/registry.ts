@@ -8,7 +8,7 @@
  */
 import { Context, Deferred, Effect, FiberRef, Option, Ref, RuntimeFlags, Scope } from "effect"
 import type { Fiber, Tracer } from "effect"
-import { globalValue } from "effect/GlobalValue"
+import { currentInitiatorRef } from "./initiator.js"
 import type { Agent, AgentHandle, CreateOptions, ResumeOptions } from "../../Agent.js"
 import * as AgentError from "../../AgentError.js"
 import { AgentEvent } from "../../AgentEvent.js"
@@ -20,16 +20,7 @@ import * as finalizer from "../finalizer.js"
 import * as lifecycle from "../lifecycle.js"
 import * as observability from "../observability.js"
 
-/**
- * The agent that initiated the current work. Only ever set with `Effect.locally` (never
- * `FiberRef.set`), so it is restored when a region ends and inherited by fibers forked inside.
- *
- * @internal
- */
-export const currentInitiatorRef: FiberRef.FiberRef<Option.Option<Agent>> = globalValue(
-  Symbol.for("effect-agent/AgentRegistry/currentInitiator"),
-  () => FiberRef.unsafeMake<Option.Option<Agent>>(Option.none())
-)
+export { currentInitiatorRef } from "./initiator.js"
 
 /**
  * The recorded parent of an entry: the parent agent and, when it was live at enter time, its exact

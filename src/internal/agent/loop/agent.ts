@@ -10,7 +10,7 @@ import type { Agent, AgentHandle, AgentOptions, AgentSetup, SendOptions, SpawnOp
 import * as AgentError from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
 import type { AgentPublisher } from "../../../AgentRegistry.js"
-import { currentInitiatorRef } from "../../../AgentRegistry.js"
+import { currentInitiatorRef } from "../initiator.js"
 import type { InboxChange } from "../../../Inbox.js"
 import type * as Message from "../../../Message.js"
 import type { SessionId } from "../../../Message.js"
