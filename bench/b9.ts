@@ -20,7 +20,7 @@
 import { Chunk, Deferred, Effect, Fiber, PubSub, Queue, Stream } from "effect"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
-import * as Feed from "../src/internal/feed.js"
+import { feedOf as agentFeedOf } from "../src/internal/agent/loop/agent.js"
 import type { StreamEvent } from "../src/SessionGateway.js"
 import * as harness from "./harness.js"
 import type { Row, Scenario } from "./harness.js"
@@ -86,7 +86,7 @@ const captureTurn = async (served: Served): Promise<ReadonlyArray<StreamEvent>> 
   await Effect.runPromise(served.gateway.create(id, { options: route }).pipe(Effect.orDie))
   const events = await Effect.runPromise(Effect.gen(function*() {
     // the turn's live events reach the reader once it follows the agent (one more watcher)
-    const watched = yield* served.host.use(id, (agent) => Effect.succeed(Feed.attachedTo(agent)))
+    const watched = yield* served.host.use(id, (agent) => Effect.succeed(agentFeedOf(agent)))
     const watchers = watched?.subscribers() ?? 0
     let ended = false
     let idle = false

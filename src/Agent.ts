@@ -224,6 +224,28 @@ export interface AgentHandle {
    * it would otherwise await itself.
    */
   readonly dispose: Effect.Effect<void, AgentError.AgentDisposeError>
+  /**
+   * Who watches the agent's events, counted where they are published: every live subscription of
+   * its `events`, `subscribe` and `statusChanges`, however the subscriber got the agent. A host
+   * counts them to keep a watched agent live (HOST-02); without it, a host counts only what is
+   * subscribed through the agent it hands out. `AgentLoop`'s handles have it (ARCH-01).
+   *
+   * @since 0.3.0
+   */
+  readonly watchers?: AgentWatchers | undefined
+}
+
+/**
+ * What a handle tells of who watches its agent (`AgentHandle.watchers`).
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface AgentWatchers {
+  /** The live subscriptions of the agent's events now. */
+  readonly subscribers: () => number
+  /** Sets (or, with `undefined`, clears) what runs each time the last subscription ends. */
+  readonly onQuiet: (listener: (() => Effect.Effect<void>) | undefined) => void
 }
 
 /**

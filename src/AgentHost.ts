@@ -9,12 +9,13 @@
  *
  * @since 0.2.0
  */
-import type { Scope, Stream } from "effect"
-import { Context, Duration, Layer, Schema } from "effect"
+import type { Chunk, Duration, Scope, Stream } from "effect"
+import { Context, Layer } from "effect"
 import type { Effect } from "effect"
 import type { Agent, AgentOptions, AgentSetup, RunOptions } from "./Agent.js"
 import type * as AgentError from "./AgentError.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
+import { HostAtCapacity, HostClosed, HostSetupFailed, SessionRemoved } from "./internal/host/errors.js"
 import * as internal from "./internal/host/host.js"
 import type { InvalidSessionId, SessionId, UserMessage } from "./Message.js"
 import type { JsonRecord, SessionEvent } from "./SessionEvent.js"
@@ -22,72 +23,16 @@ import type * as SessionError from "./SessionError.js"
 import type { Session } from "./Session.js"
 import type { TurnResult } from "./TurnResult.js"
 
-/**
- * The host is at `maxLive` with every live agent busy, and no slot freed within
- * `activationTimeout` (HOST-02).
- *
- * @since 0.2.0
- * @category errors
- */
-export class HostAtCapacity extends Schema.TaggedError<HostAtCapacity>("effect-agent/HostAtCapacity")(
-  "HostAtCapacity",
-  { id: Schema.String, maxLive: Schema.Number, waitedMillis: Schema.Number }
-) {
-  override get message(): string {
-    return `agent ${JSON.stringify(this.id)} was not activated: all ${this.maxLive} live agents of the host are busy ` +
-      `and none became idle within ${this.waitedMillis} ms; retry later, or raise maxLive or activationTimeout`
-  }
-}
-
-/**
- * The host's Scope is closing or closed: it activates nothing more (HOST-05).
- *
- * @since 0.2.0
- * @category errors
- */
-export class HostClosed extends Schema.TaggedError<HostClosed>("effect-agent/HostClosed")(
-  "HostClosed",
-  { id: Schema.String }
-) {
-  override get message(): string {
-    return `agent ${JSON.stringify(this.id)} was not activated: the host is shutting down; ` +
-      "retry against the host that replaces it"
-  }
-}
-
-/**
- * The host's `setup` failed while activating an agent; the activation was rolled back (nothing is
- * live, the stored session is unchanged apart from what resume repaired).
- *
- * @since 0.2.0
- * @category errors
- */
-export class HostSetupFailed extends Schema.TaggedError<HostSetupFailed>("effect-agent/HostSetupFailed")(
-  "HostSetupFailed",
-  { id: Schema.String, cause: Schema.Defect }
-) {
-  override get message(): string {
-    return `agent ${JSON.stringify(this.id)} was not activated: the host's setup failed (see the cause); ` +
-      "fix the setup — the session is intact and the next get retries"
-  }
-}
-
-/**
- * The session was removed while a client read its events with `host.eventsFrom` (EVS-01): the log
- * it was reading no longer exists (another one may have been created under the same id since).
- *
- * @since 0.2.0
- * @category errors
- */
-export class SessionRemoved extends Schema.TaggedError<SessionRemoved>("effect-agent/SessionRemoved")(
-  "SessionRemoved",
-  { id: Schema.String, seq: Schema.Number }
-) {
-  override get message(): string {
-    return `session ${JSON.stringify(this.id)} was removed while its events were read (the reader was at seq ` +
-      `${this.seq}): the events read belong to a log that no longer exists; if the session was created again, ` +
-      "read it from seq 0"
-  }
+// the errors live in `internal/host/errors.ts`, where the host's internals import them (ARCH-02)
+export {
+  /** @since 0.2.0 */
+  HostAtCapacity,
+  /** @since 0.2.0 */
+  HostClosed,
+  /** @since 0.2.0 */
+  HostSetupFailed,
+  /** @since 0.2.0 */
+  SessionRemoved
 }
 
 /**
@@ -205,6 +150,19 @@ export interface RecoveryReport {
 }
 
 /**
+ * Where `host.eventsInto` hands a session's durable events, in order and each once: `tryDurable` in
+ * the committing step (false when it has no room now: those events come again through `durable`),
+ * `durable` when the reader reads from the log (it waits for room).
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface EventsSink {
+  readonly tryDurable: (events: Chunk.Chunk<SessionEvent>) => boolean
+  readonly durable: (events: Chunk.Chunk<SessionEvent>) => Effect.Effect<void>
+}
+
+/**
  * The host (HOST-01).
  *
  * @since 0.2.0
@@ -245,6 +203,22 @@ export class AgentHost extends Context.Tag("effect-agent/AgentHost")<AgentHost, 
    * @since 0.2.0
    */
   readonly eventsFrom: (id: SessionId | string, seq: number) => Stream.Stream<SessionEvent, EventsFromError>
+  /**
+   * `eventsFrom` without a stream between: the same reader, run in the caller's Scope, hands the
+   * events to `sink` (the committed ones in the committing step when it has room) and runs `onLive`
+   * each time it begins to follow a live incarnation of the agent (the gateway follows its live
+   * events from there). It ends when the host closes and fails as `eventsFrom` does. The host of
+   * {@link layer} has it; a gateway reads `eventsFrom` from a host without it, and a wrapper that
+   * replaces `eventsFrom` should replace or leave out `eventsInto` too (ARCH-01).
+   *
+   * @since 0.3.0
+   */
+  readonly eventsInto?: (
+    id: SessionId | string,
+    seq: number,
+    sink: EventsSink,
+    onLive: Effect.Effect<void>
+  ) => Effect.Effect<void, EventsFromError, Scope.Scope>
   /**
    * Passivates the agent when it is live (whatever it is doing, as `passivate`) and deletes its
    * stored session; no activation of the id starts meanwhile. Clients of `eventsFrom` for it fail
@@ -310,13 +284,4 @@ export const layer = <R = never>(
  * @since 0.2.0
  * @category options
  */
-export const defaults = {
-  idleTimeout: Duration.minutes(5),
-  maxLive: 10_000,
-  activationTimeout: Duration.seconds(30),
-  drainTimeout: Duration.seconds(30),
-  recover: false,
-  recoverConcurrency: 16,
-  wakeOnActivate: true,
-  createOnDemand: false
-} as const
+export { defaults } from "./internal/host/errors.js"

@@ -39,6 +39,14 @@ export interface AgentPublisher {
   ) => Effect.Effect<void, AgentError.AgentCreationVetoed>
   /** Idempotent, exact entry, deferred while announcing. */
   readonly detach: (entry: AgentEntry) => Effect.Effect<void>
+  /**
+   * The live agent of `id` in the registry that handed out this publisher, as `registry.get` finds
+   * it but without its span: a factory's cheap check before it builds anything (`enter` stays the
+   * authoritative one). Optional: a factory falls back to `registry.get` when it is absent.
+   *
+   * @since 0.3.0
+   */
+  readonly lookup?: ((id: SessionId | string) => Effect.Effect<Option.Option<Agent>>) | undefined
   /** Publishes one live event of an agent on the registry feed (the agent's own feed mirrors here). */
   readonly publish: (event: AgentEvent) => Effect.Effect<void>
 }

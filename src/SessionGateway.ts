@@ -7,18 +7,18 @@
  *
  * @since 0.2.0
  */
-import type { Duration, Effect, SchemaAST, Stream } from "effect"
+import type { Chunk, Duration, Effect, Exit, SchemaAST, Scope, Stream } from "effect"
 import { Context, Layer, ParseResult, Schema } from "effect"
 import * as AgentError from "./AgentError.js"
 import * as AgentHost from "./AgentHost.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
 import * as codec from "./internal/log/eventCodec.js"
+import { InvalidRequest, MessageIdConflict, RunsUnsupported, TurnRunning } from "./internal/gateway/errors.js"
 import * as internal from "./internal/gateway/host.js"
 import * as json from "./internal/json.js"
 import { ContentPart, InvalidSessionId, MessageId, SessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent as SessionEventType } from "./SessionEvent.js"
-import type { InboxTarget } from "./SessionEvent.js"
 import type { JsonRecord } from "./SessionEvent.js"
 import { Usage } from "./SessionEvent.js"
 import type { TurnResult } from "./TurnResult.js"
@@ -26,71 +26,16 @@ import type { TurnResult } from "./TurnResult.js"
 // -------------------------------------------------------------------------------------------------
 // errors
 
-/**
- * A request the gateway cannot act on as given: a body that is not JSON or does not match its
- * schema, a message with both or neither of `text` and `content`, a malformed message id. Nothing
- * was changed.
- *
- * @since 0.2.0
- * @category errors
- */
-export class InvalidRequest extends Schema.TaggedError<InvalidRequest>("effect-agent/InvalidRequest")(
-  "InvalidRequest",
-  { reason: Schema.String }
-) {
-  override get message(): string {
-    return `the request was refused: ${this.reason}. Nothing was changed; fix the request and send it again`
-  }
-}
-
-/**
- * A `MessageId` this session already accepted, sent again with other content (or another mode).
- * Nothing was appended. The same id with the same content is not an error: the send succeeds
- * again, appending nothing (an idempotent retry).
- *
- * @since 0.2.0
- * @category errors
- */
-export class MessageIdConflict extends Schema.TaggedError<MessageIdConflict>("effect-agent/MessageIdConflict")(
-  "MessageIdConflict",
-  { id: Schema.String, messageId: Schema.String }
-) {
-  override get message(): string {
-    return `session ${JSON.stringify(this.id)} already accepted message ${JSON.stringify(this.messageId)} with other ` +
-      "content; nothing was appended. A message id names one message: use a new id for new input"
-  }
-}
-
-/**
- * `GET /sessions/:id/turns/:turn` (or `SessionGateway.turn`) named a turn that is still running
- * when its wait ended (APP-05).
- *
- * @since 0.3.0
- * @category errors
- */
-export class TurnRunning extends Schema.TaggedError<TurnRunning>("effect-agent/TurnRunning")(
-  "TurnRunning",
-  { id: Schema.String, turn: Schema.Number }
-) {
-  override get message(): string {
-    return `turn ${this.turn} of session ${JSON.stringify(this.id)} is still running; ask again later, or with a ` +
-      "longer wait (?wait=<seconds>)"
-  }
-}
-
-/**
- * This gateway does not offer runs (APP-05): a gateway without the optional `run`/`turn` methods.
- *
- * @since 0.3.0
- * @category errors
- */
-export class RunsUnsupported extends Schema.TaggedError<RunsUnsupported>("effect-agent/RunsUnsupported")(
-  "RunsUnsupported",
-  {}
-) {
-  override get message(): string {
-    return "this gateway does not run turns (it has no run/turn methods); send messages and read the events instead"
-  }
+// they live in `internal/gateway/errors.ts`, where the gateways' internals import them (ARCH-02)
+export {
+  /** @since 0.2.0 */
+  InvalidRequest,
+  /** @since 0.2.0 */
+  MessageIdConflict,
+  /** @since 0.3.0 */
+  RunsUnsupported,
+  /** @since 0.3.0 */
+  TurnRunning
 }
 
 /**
@@ -728,15 +673,27 @@ export type StreamEvent = typeof StreamEvent.Type
  * @since 0.2.0
  * @category requests
  */
-export const sendTarget = (mode: SendMode): { readonly target: InboxTarget; readonly wake: boolean } =>
-  mode === "followup"
-    ? { target: "next-turn", wake: true }
-    : mode === "steer"
-    ? { target: "next-step", wake: true }
-    : { target: "next-step", wake: false }
+export { sendTarget } from "./internal/gateway/errors.js"
 
 // -------------------------------------------------------------------------------------------------
 // the service
+
+/**
+ * Where `gateway.eventsInto` hands a session's events: `live` in the agent's publishing step (kept
+ * where the reader looks, or dropped: live events are best-effort, EVS-02), the durable ones in
+ * order and each once — `tryDurable` in the committing step (false when there is no room now: they
+ * come again through `durable`), `durable` waiting for room — and `end` after the last durable
+ * event, with its failure if the stream failed.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface EventSink {
+  readonly live: (event: StreamEvent) => void
+  readonly tryDurable: (events: Chunk.Chunk<StreamEvent>) => boolean
+  readonly durable: (events: Chunk.Chunk<StreamEvent>) => Effect.Effect<void>
+  readonly end: (exit: Exit.Exit<void, EventsError>) => Effect.Effect<void>
+}
 
 /**
  * The gateway (HTTP-00). Ids are validated by the gateway (`InvalidSessionId`), so a front end
@@ -803,6 +760,17 @@ export class SessionGateway extends Context.Tag("effect-agent/SessionGateway")<S
     turn: number,
     options?: { readonly wait?: Duration.DurationInput | undefined } | undefined
   ) => Effect.Effect<TurnResult, TurnError>
+  /**
+   * `eventsFrom` without a stream between: the same events run into `sink` from the caller's Scope
+   * (a fiber of it reads the durable ones; the live ones reach the sink in the agent's publishing
+   * step), then the sink's `end` with the outcome `eventsFrom` would have had. The HTTP API's
+   * event-stream body is such a sink (B9), and it reads `eventsFrom` from a gateway without this.
+   * The gateway of {@link layerHost} has it; a wrapper that replaces `eventsFrom` should replace or
+   * leave out `eventsInto` too (ARCH-01).
+   *
+   * @since 0.3.0
+   */
+  readonly eventsInto?: ((id: string, seq: number, sink: EventSink) => Effect.Effect<void, never, Scope.Scope>) | undefined
   /** Whether the gateway serves requests (for `/readyz`): false while it starts up or shuts down. */
   readonly ready: Effect.Effect<boolean>
 }>() {}

@@ -89,14 +89,13 @@ export const forkSeed = (
   from: Session.Session,
   upTo?: number | undefined
 ): Effect.Effect<ReadonlyArray<SessionEvent>, SessionError.ForkInsideOpenTurn | SessionError.InvalidForkBoundary> =>
-  Effect.suspend((): Effect.Effect<
+  // the session's public surface (ARCH-01): a session a user wrapped forks as the one it wraps
+  Effect.flatMap(from.events, (log): Effect.Effect<
     ReadonlyArray<SessionEvent>,
     SessionError.ForkInsideOpenTurn | SessionError.InvalidForkBoundary
   > => {
-    const core = internalSession.core(from)
-    const log = core.log()
     const length = log.length
-    const boundary = upTo ?? core.closedLength()
+    const boundary = upTo ?? internalSession.closedLengthOf(log)
     if (!Number.isSafeInteger(boundary) || boundary < 0 || boundary > length) {
       return Effect.fail(new SessionError.InvalidForkBoundary({ id: from.id, upTo: boundary, length }))
     }

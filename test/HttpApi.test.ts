@@ -6,7 +6,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Fiber, Option, Redacted, Schema, Stream, TestClock } from "effect"
 import * as http from "node:http"
-import * as Feed from "../src/internal/feed.js"
+import { feedOf as agentFeedOf } from "../src/internal/agent/loop/agent.js"
+import type { Agent } from "../src/Agent.js"
 import * as Model from "../src/Model.js"
 import * as SessionGateway from "../src/SessionGateway.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
@@ -474,13 +475,13 @@ describe("HttpApi events (SSE)", () => {
 })
 
 /** The number of live subscriptions of an agent's events (the host's HOST-02 count). */
-const watchersOf = (agent: object): (() => number) => {
+const watchersOf = (agent: Agent): (() => number) => {
   const feed = feedOf(agent)
   return () => feed.subscribers()
 }
 
-const feedOf = (agent: object) => {
-  const feed = Feed.attachedTo(agent)
+const feedOf = (agent: Agent) => {
+  const feed = agentFeedOf(agent)
   if (feed === undefined) throw new Error("the agent has no attached feed")
   return feed
 }

@@ -14,7 +14,7 @@ import type { SessionId } from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import type * as SessionGateway from "../src/SessionGateway.js"
 import { SessionPersistence } from "../src/SessionPersistence.js"
-import * as Feed from "../src/internal/feed.js"
+import { feedOf as agentFeedOf } from "../src/internal/agent/loop/agent.js"
 import { stores } from "./fixtures/host.js"
 import type { Store } from "./fixtures/host.js"
 import { fileStore, gatewayOver } from "./fixtures/httpServer.js"
@@ -130,7 +130,7 @@ for (const backend of backends) {
           )
           yield* gateway.create("ev", { options: route })
           // the agent's own watchers (the registry's mirror), before any reader
-          const baseline = Feed.attachedTo(Option.getOrThrow(yield* registry.get("ev")))!.subscribers()
+          const baseline = agentFeedOf(Option.getOrThrow(yield* registry.get("ev")))!.subscribers()
           yield* gateway.send("ev", { text: "one", id: "m1" })
           const received = yield* Queue.unbounded<SessionGateway.StreamEvent>()
           const reader = yield* gateway.eventsFrom("ev", 0).pipe(
@@ -156,7 +156,7 @@ for (const backend of backends) {
           yield* Deferred.await(entered)
           // the reader has attached to the new agent's live events before the gate opens
           const agent = Option.getOrThrow(yield* registry.get("ev"))
-          yield* eventually(() => Effect.sync(() => Feed.attachedTo(agent)!.subscribers() === baseline + 1))
+          yield* eventually(() => Effect.sync(() => agentFeedOf(agent)!.subscribers() === baseline + 1))
           yield* Deferred.succeed(open, undefined)
           // live events come beside the durable ones, not in order with them: wait for both
           let ended = false

@@ -298,27 +298,3 @@ export const makeUnsafe = <A>(): Feed<A> => new FeedImpl<A>()
 
 /** @internal */
 export const make = <A>(): Effect.Effect<Feed<A>> => Effect.sync(() => new FeedImpl<A>())
-
-/** The property an agent's own feed is attached under (non-enumerable; not part of `Agent`). */
-const attachedKey: unique symbol = Symbol.for("effect-agent/internal/feed/attached")
-
-/**
- * Attaches the feed of an object's `events`/`subscribe`/`statusChanges` to it, so that whoever holds
- * the object can read how many watch it (HOST-02: `AgentLoop` attaches each agent's feed).
- *
- * @internal
- */
-export const attach = <A>(owner: object, feed: Feed<A>): void => {
-  Object.defineProperty(owner, attachedKey, { value: feed })
-}
-
-/** What a holder of an object with an attached feed may do with it: count its watchers. @internal */
-export type Watched = Pick<Feed<never>, "subscribers" | "onQuiet">
-
-/**
- * The feed attached to `owner` (or to an object it inherits from), if any.
- *
- * @internal
- */
-export const attachedTo = (owner: object): Watched | undefined =>
-  (owner as { readonly [attachedKey]?: Watched | undefined })[attachedKey]

@@ -8,7 +8,7 @@
  */
 import { Context, Deferred, Effect, FiberRef, Option, Ref, RuntimeFlags, Scope } from "effect"
 import type { Fiber, Tracer } from "effect"
-import { globalValue } from "effect/GlobalValue"
+import { currentInitiatorRef } from "./initiator.js"
 import type { Agent, AgentHandle, CreateOptions, ResumeOptions } from "../../Agent.js"
 import * as AgentError from "../../AgentError.js"
 import { AgentEvent } from "../../AgentEvent.js"
@@ -20,16 +20,7 @@ import * as finalizer from "../finalizer.js"
 import * as lifecycle from "../lifecycle.js"
 import * as observability from "../observability.js"
 
-/**
- * The agent that initiated the current work. Only ever set with `Effect.locally` (never
- * `FiberRef.set`), so it is restored when a region ends and inherited by fibers forked inside.
- *
- * @internal
- */
-export const currentInitiatorRef: FiberRef.FiberRef<Option.Option<Agent>> = globalValue(
-  Symbol.for("effect-agent/AgentRegistry/currentInitiator"),
-  () => FiberRef.unsafeMake<Option.Option<Agent>>(Option.none())
-)
+export { currentInitiatorRef } from "./initiator.js"
 
 /**
  * The recorded parent of an entry: the parent agent and, when it was live at enter time, its exact
@@ -195,6 +186,8 @@ const publisherOf = (s: RegistryState): AgentPublisher => ({
         : announceNow(s, entry, source)
     ),
   detach: (entry) => s.entries.detach(entry.entry),
+  // ARCH-01: the factory's collision pre-check reads the registry that called it, without a span (B1)
+  lookup: (id) => lookupIn(s, id),
   publish: (event) => event._tag === "ModelDelta" && !s.includeModelDeltas ? Effect.void : s.feed.publish(event)
 })
 
@@ -384,12 +377,11 @@ const closeRegions = (s: RegistryState) =>
 // The service
 
 /** The service over the state: public methods traced (`Effect.fn`), the create path with a light span. */
-const serviceOf = (s: RegistryState, publisher: AgentPublisher): AgentRegistry["Type"] & Untraced => {
+const serviceOf = (s: RegistryState, publisher: AgentPublisher): AgentRegistry["Type"] => {
   const lookup = (id: SessionId | string) => lookupIn(s, id)
   const region = regionOf(s)
   const currentInitiator = FiberRef.get(currentInitiatorRef)
   return {
-    [UntracedLookup]: lookup,
     get: Effect.fn("AgentRegistry.get")(function*(id: SessionId | string) {
       return yield* lookup(id)
     }),
@@ -493,25 +485,6 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
     yield* Scope.addFinalizer(registryScope, closeRegions(s))
     return { registry: serviceOf(s, publisher), publisher }
   })
-
-/** The key of a registry's `get` without its span, on the registries built here. */
-const UntracedLookup: unique symbol = Symbol.for("effect-agent/AgentRegistry/untracedLookup")
-
-interface Untraced {
-  readonly [UntracedLookup]: (id: SessionId | string) => Effect.Effect<Option.Option<Agent>>
-}
-
-const isUntraced = (registry: AgentRegistry["Type"]): registry is AgentRegistry["Type"] & Untraced =>
-  UntracedLookup in registry
-
-/**
- * `registry.get` without its span (a span per creation costs B1 dearly), for the factory's
- * collision pre-check; `get` itself for a registry built elsewhere.
- *
- * @internal
- */
-export const lookup = (registry: AgentRegistry["Type"], id: SessionId | string): Effect.Effect<Option.Option<Agent>> =>
-  isUntraced(registry) ? registry[UntracedLookup](id) : registry.get(id)
 
 /** @internal */
 export const make = (options?: Options): Effect.Effect<AgentRegistry["Type"], never, Scope.Scope> =>

@@ -24,7 +24,7 @@
 import { Cause, Chunk, Effect, ExecutionStrategy, Exit, Option, Queue, Scope, Stream, Take } from "effect"
 import type { Agent } from "../../Agent.js"
 import type { AgentEvent } from "../../AgentEvent.js"
-import type { EventsError, StreamEvent } from "../../SessionGateway.js"
+import type { SessionGateway, StreamEvent } from "../../SessionGateway.js"
 import type { SessionEvent } from "../../SessionEvent.js"
 import { feedOf } from "../agent/loop/agent.js"
 import * as Feed from "../feed.js"
@@ -182,22 +182,12 @@ export const durableAndLive = <E>(
   }))
 
 /**
- * A gateway's way to run a session's events into a sink without a stream between (the local host's
- * gateway has one; others are read as streams).
+ * A gateway's way to run a session's events into a sink without a stream between
+ * (`SessionGateway.eventsInto`).
  *
  * @internal
  */
-export type EventsInto = (
-  id: string,
-  seq: number,
-  sink: EventSink<EventsError>
-) => Effect.Effect<void, never, Scope.Scope>
-
-const eventsIntoKey: unique symbol = Symbol.for("effect-agent/internal/SessionGateway/eventsInto")
-
-/** Gives `gateway` its `EventsInto` (a non-enumerable property). @internal */
-export const withEventsInto = <G extends object>(gateway: G, into: EventsInto): G =>
-  Object.defineProperty(gateway, eventsIntoKey, { value: into })
+export type EventsInto = NonNullable<SessionGateway["Type"]["eventsInto"]>
 
 /**
  * A chunk of a gateway's stream into a sink, in order: the durable events wait for room, the live
@@ -217,24 +207,21 @@ const handOver = <E>(sink: EventSink<E>, events: Chunk.Chunk<StreamEvent>): Effe
 }
 
 /**
- * How to run a gateway's events into a sink: its own way, or its stream read by a fiber of the
- * current Scope (every durable event waits for room; a live one is dropped when there is none).
+ * How to run a gateway's events into a sink (ARCH-01): its own `eventsInto` (the gateway of
+ * `SessionGateway.layerHost`, or a user's), else its stream read by a fiber of the current Scope
+ * (every durable event waits for room; a live one is dropped when there is none).
  *
  * @internal
  */
-export const eventsInto = (gateway: {
-  readonly eventsFrom: (id: string, seq: number) => Stream.Stream<StreamEvent, EventsError>
-}): EventsInto => {
-  const own = (gateway as { readonly [eventsIntoKey]?: EventsInto })[eventsIntoKey]
-  if (own !== undefined) return own
-  return (id, seq, sink) =>
-    gateway.eventsFrom(id, seq).pipe(
-      Stream.runForEachChunk((events) => handOver(sink, events)),
-      (self) => Effect.onExit(self, (exit) => Effect.interruptible(sink.end(exit))),
-      Effect.forkScoped,
-      Effect.asVoid
-    )
-}
+export const eventsInto = (gateway: Pick<SessionGateway["Type"], "eventsFrom" | "eventsInto">): EventsInto =>
+  gateway.eventsInto ??
+    ((id, seq, sink) =>
+      gateway.eventsFrom(id, seq).pipe(
+        Stream.runForEachChunk((events) => handOver(sink, events)),
+        (self) => Effect.onExit(self, (exit) => Effect.interruptible(sink.end(exit))),
+        Effect.forkScoped,
+        Effect.asVoid
+      ))
 
 /** The typed failure of an exit, if it failed with one (as `Effect.catchAll` would see it). @internal */
 export const failureOf = <E>(exit: Exit.Exit<void, E>): Option.Option<E> =>

@@ -15,13 +15,14 @@ import type { SessionId } from "../../Message.js"
 import * as Message from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
 import type * as Gateway from "../../SessionGateway.js"
-import { MessageIdConflict, SessionGateway, sendTarget, TurnRunning } from "../../SessionGateway.js"
 import type { SessionEvent } from "../../SessionEvent.js"
+import type { SessionGateway } from "../../SessionGateway.js"
 import type { TurnResult } from "../../TurnResult.js"
+import { MessageIdConflict, sendTarget, TurnRunning } from "./errors.js"
 import type { RecoverySummary, SessionSummary, UnreadableSession } from "../../SessionPersistence.js"
 import { SessionPersistence } from "../../SessionPersistence.js"
 import type { DurableReader, EventsInto } from "./durableAndLive.js"
-import { durableAndLive, runInto, withEventsInto } from "./durableAndLive.js"
+import { durableAndLive, runInto } from "./durableAndLive.js"
 import * as hostEvents from "../host/events.js"
 import * as requests from "./request.js"
 import * as summary from "./summary.js"
@@ -357,21 +358,21 @@ const eventsIntoSink = (g: GatewayState): EventsInto => (id, seq, sink) =>
     onSuccess: (key) => runInto(hostReader(g, key, seq), liveAgent(g, key), "SessionGateway.eventsFrom", sink)
   })
 
-const serviceOf = (g: GatewayState): SessionGateway["Type"] =>
-  withEventsInto(SessionGateway.of({
-    list: (request) => list(g, request),
-    summary: (id) => summaryById(g, id),
-    create: (id, request) => create(g, id, request),
-    send: (id, request) => send(g, id, request),
-    run: runOf(g),
-    turn: turnOf(g),
-    cancel: (id, request) => cancel(g, id, request),
-    fork: (id, request) => fork(g, id, request),
-    dispose: (id) => dispose(g, id),
-    remove: (id) => remove(g, id),
-    eventsFrom: (id, seq) => eventsFrom(g, id, seq),
-    ready: Effect.map(Deferred.isDone(g.recovered), (done) => done)
-  }), eventsIntoSink(g))
+const serviceOf = (g: GatewayState): SessionGateway["Type"] => ({
+  list: (request) => list(g, request),
+  summary: (id) => summaryById(g, id),
+  create: (id, request) => create(g, id, request),
+  send: (id, request) => send(g, id, request),
+  run: runOf(g),
+  turn: turnOf(g),
+  cancel: (id, request) => cancel(g, id, request),
+  fork: (id, request) => fork(g, id, request),
+  dispose: (id) => dispose(g, id),
+  remove: (id) => remove(g, id),
+  eventsFrom: (id, seq) => eventsFrom(g, id, seq),
+  eventsInto: eventsIntoSink(g),
+  ready: Effect.map(Deferred.isDone(g.recovered), (done) => done)
+})
 
 /** @internal */
 export const make = (

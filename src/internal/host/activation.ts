@@ -22,11 +22,11 @@ import {
   Scope
 } from "effect"
 import type { Agent, AgentHandle, AgentSetup } from "../../Agent.js"
-import * as AgentHost from "../../AgentHost.js"
+import type * as AgentHost from "../../AgentHost.js"
+import * as HostError from "./errors.js"
 import type { SessionId } from "../../Message.js"
 import { sessionId as parseSessionId } from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
-import * as Feed from "../feed.js"
 import { idleTimer, release, reserve } from "./passivation.js"
 import type { Hosted, HostState, SetupFor } from "./state.js"
 import { deleteSlot, quiet, setSlot, signalFreed, touch, viewOf, watchers } from "./state.js"
@@ -40,9 +40,9 @@ export const setupForOf = <R>(
 (id) =>
   hostSetup === undefined ? undefined : (agent: AgentSetup) =>
     hostSetup(agent).pipe(
-      Effect.mapError((cause) => new AgentHost.HostSetupFailed({ id, cause })),
+      Effect.mapError((cause) => new HostError.HostSetupFailed({ id, cause })),
       Effect.provide(setupContext)
-    ) as Effect.Effect<void, AgentHost.HostSetupFailed, ScopeNs.Scope>
+    ) as Effect.Effect<void, HostError.HostSetupFailed, ScopeNs.Scope>
 
 /** APP-06: what a `SessionNotFound` from the host says to do. */
 const howToCreate = "pass create options to host.get/use/run (e.g. `host.get(id, { options })`), or build the " +
@@ -84,7 +84,8 @@ const activate = (s: HostState, id: SessionId, create: AgentHost.CreateOptions |
     }
     const handle = opened.value
     const now = yield* Clock.currentTimeMillis
-    const watched = Feed.attachedTo(handle.agent)
+    // ARCH-01: the handle says who watches the agent (AgentLoop's handles do), else the view counts
+    const watched = handle.watchers
     const base = { id, agent: handle.agent, handle, scope, watched, subscribers: 0, holds: 0, lastActive: now }
     const onQuiet = () => quiet(s, hosted)
     const hosted: Hosted = Object.assign(base, {
@@ -111,7 +112,7 @@ const settleActivation = (
         yield* release(s, hosted)
         deleteSlot(s, id)
         s.occupied--
-        return yield* Deferred.fail(done, new AgentHost.HostClosed({ id }))
+        return yield* Deferred.fail(done, new HostError.HostClosed({ id }))
       }
       setSlot(s, id, { _tag: "Live", hosted })
       s.lru.set(id, hosted)
@@ -132,7 +133,7 @@ const settleActivation = (
       signalFreed(s)
     }
     const outcome = Cause.isInterruptedOnly(exit.cause)
-      ? Exit.fail(new AgentHost.HostClosed({ id }))
+      ? Exit.fail(new HostError.HostClosed({ id }))
       : exit
     return yield* Deferred.done(done, outcome)
   })
@@ -164,7 +165,7 @@ export const get = (s: HostState, id: SessionId | string, create?: AgentHost.Cre
     if (Either.isLeft(parsed)) return yield* parsed.left
     const key = parsed.right
     while (true) {
-      if (s.closed) return yield* new AgentHost.HostClosed({ id: key })
+      if (s.closed) return yield* new HostError.HostClosed({ id: key })
       const slot = s.slots.get(key)
       if (slot === undefined) {
         const done = yield* Effect.uninterruptible(startActivation(s, key, create))
@@ -192,7 +193,7 @@ const acquireHold = (s: HostState, key: SessionId, create: AgentHost.CreateOptio
   Effect.uninterruptibleMask((restore) =>
     Effect.gen(function*() {
       while (true) {
-        if (s.closed) return yield* new AgentHost.HostClosed({ id: key })
+        if (s.closed) return yield* new HostError.HostClosed({ id: key })
         const slot = s.slots.get(key)
         if (slot === undefined) {
           const done = yield* startActivation(s, key, create)

@@ -6,7 +6,7 @@
  * @internal
  */
 import { Deferred, Effect, FiberMap, FiberSet } from "effect"
-import * as AgentHost from "../../AgentHost.js"
+import * as HostError from "./errors.js"
 import { release } from "./passivation.js"
 import type { HostState } from "./state.js"
 import { notifyAll, signalFreed } from "./state.js"
@@ -19,7 +19,7 @@ export const drain = (s: HostState): Effect.Effect<void> =>
     notifyAll(s)
     yield* FiberSet.clear(s.activations)
     for (const [id, slot] of s.slots) {
-      if (slot._tag === "Activating") yield* Deferred.fail(slot.done, new AgentHost.HostClosed({ id }))
+      if (slot._tag === "Activating") yield* Deferred.fail(slot.done, new HostError.HostClosed({ id }))
     }
     yield* FiberMap.clear(s.timers)
     // passivations in flight finish (they are uninterruptible); the watcher and recovery stop

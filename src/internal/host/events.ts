@@ -30,7 +30,8 @@
  */
 import type { Deferred, Option, Scope } from "effect"
 import { Chunk, Deferred as D, Effect, Exit, FiberId, Option as O, Queue, Stream, Take } from "effect"
-import * as AgentHost from "../../AgentHost.js"
+import type * as AgentHost from "../../AgentHost.js"
+import * as HostError from "./errors.js"
 import type { SessionId } from "../../Message.js"
 import type { Session } from "../../Session.js"
 import * as SessionError from "../../SessionError.js"
@@ -100,7 +101,7 @@ const checkLog = (
   reader: Reader,
   header: SessionHeader,
   events: ReadonlyArray<SessionEvent>
-): Effect.Effect<void, SessionError.InvalidEventCursor | AgentHost.SessionRemoved> => {
+): Effect.Effect<void, SessionError.InvalidEventCursor | HostError.SessionRemoved> => {
   if (reader.header === undefined) {
     const seq = reader.next
     if (!(Number.isSafeInteger(seq) && seq >= 0 && seq <= events.length)) {
@@ -112,20 +113,11 @@ const checkLog = (
   }
   const continues = sameJson(reader.header, header) && events.length >= reader.next &&
     (reader.next === 0 || sameJson(events[reader.next - 1], reader.before))
-  return continues ? Effect.void : Effect.fail(new AgentHost.SessionRemoved({ id: reader.id, seq: reader.next }))
+  return continues ? Effect.void : Effect.fail(new HostError.SessionRemoved({ id: reader.id, seq: reader.next }))
 }
 
-/**
- * Where a reader's events go. `tryDurable` runs in the committing step: true when the sink took the
- * events, false when it has no room now (the reader then reads them from the log and waits for room
- * with `durable`).
- *
- * @internal
- */
-export interface DurableSink {
-  readonly tryDurable: (events: Chunk.Chunk<SessionEvent>) => boolean
-  readonly durable: (events: Chunk.Chunk<SessionEvent>) => Effect.Effect<void>
-}
+/** Where a reader's events go (`AgentHost.EventsSink`). @internal */
+export type DurableSink = AgentHost.EventsSink
 
 /** Notes the last event handed over as the reader's position. */
 const track = (reader: Reader, last: SessionEvent): void => {
@@ -153,7 +145,7 @@ const readStored = (host: ReaderHost, reader: Reader) => {
   const missing = () =>
     reader.header === undefined
       ? new SessionError.SessionNotFound({ id: reader.id })
-      : new AgentHost.SessionRemoved({ id: reader.id, seq: reader.next })
+      : new HostError.SessionRemoved({ id: reader.id, seq: reader.next })
   if (O.isNone(host.persistence)) return Effect.fail(missing())
   return host.persistence.value.read(reader.id).pipe(
     Effect.catchTag("SessionNotFound", () => Effect.fail(missing()))
@@ -339,31 +331,16 @@ export const eventsFrom = (
     return Feed.fromTakes(queue)
   }))
 
-/** How a host's readers are run into a sink (attached to the `AgentHost` service). @internal */
-export type RunInto = (
-  id: SessionId | string,
-  seq: number,
-  sink: DurableSink,
-  onLive: Effect.Effect<void>
-) => Effect.Effect<void, AgentHost.EventsFromError, Scope.Scope>
-
-const runIntoKey: unique symbol = Symbol.for("effect-agent/internal/AgentHost/runInto")
-
-/** Gives a host service its `RunInto` (a non-enumerable property). @internal */
-export const withRunInto = <H extends object>(host: H, run: RunInto): H =>
-  Object.defineProperty(host, runIntoKey, { value: run })
-
 /**
- * How to run a host's readers into a sink: its own way, or its `eventsFrom` stream read by the
- * current fiber (every chunk waits for room; `onLive` runs before each chunk). The first is an
- * internal property of the host made here: a host built otherwise (or a copy of one) takes the second.
+ * How to run a host's readers into a sink (ARCH-01): its own `eventsInto` (the host of
+ * `AgentHost.layer`, or a user's), else its `eventsFrom` stream read by the current fiber (every
+ * chunk waits for room; `onLive` runs before each chunk: a chunk after an activation reveals it).
  *
  * @internal
  */
-export const runIntoOf = (host: {
-  readonly eventsFrom: (id: SessionId | string, seq: number) => Stream.Stream<SessionEvent, AgentHost.EventsFromError>
-}): RunInto =>
-  (host as { readonly [runIntoKey]?: RunInto })[runIntoKey] ??
+export const runIntoOf = (
+  host: Pick<AgentHost.AgentHost["Type"], "eventsFrom" | "eventsInto">
+): NonNullable<AgentHost.AgentHost["Type"]["eventsInto"]> =>
+  host.eventsInto ??
     ((id, seq, sink, onLive) =>
-      // no phases to see here: `onLive` before each chunk (a chunk after an activation reveals it)
       Stream.runForEachChunk(host.eventsFrom(id, seq), (chunk) => Effect.zipRight(onLive, sink.durable(chunk))))

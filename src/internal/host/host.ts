@@ -11,7 +11,8 @@
  */
 import type { Scope as ScopeNs } from "effect"
 import { Deferred, Effect, Either, Exit, FiberId, FiberSet, Option, Stream } from "effect"
-import * as AgentHost from "../../AgentHost.js"
+import type * as AgentHost from "../../AgentHost.js"
+import * as HostError from "./errors.js"
 import { AgentRegistry } from "../../AgentRegistry.js"
 import type { SessionId } from "../../Message.js"
 import { sessionId as parseSessionId } from "../../Message.js"
@@ -36,7 +37,7 @@ const passivateById = (s: HostState, id: SessionId | string) =>
 const settleToAbsent = (s: HostState, key: SessionId) =>
   Effect.gen(function*() {
     while (true) {
-      if (s.closed) return yield* new AgentHost.HostClosed({ id: key })
+      if (s.closed) return yield* new HostError.HostClosed({ id: key })
       const slot = s.slots.get(key)
       if (slot === undefined) return
       if (slot._tag === "Live") yield* passivate(s, slot.hosted, true)
@@ -85,7 +86,7 @@ const readerHostOf = (s: HostState): hostEvents.ReaderHost => ({
 const readerId = (s: HostState, id: SessionId | string): Either.Either<SessionId, AgentHost.EventsFromError> => {
   const parsed = parseSessionId(id)
   if (Either.isLeft(parsed)) return parsed
-  return s.closed ? Either.left(new AgentHost.HostClosed({ id: parsed.right })) : parsed
+  return s.closed ? Either.left(new HostError.HostClosed({ id: parsed.right })) : parsed
 }
 
 /** `AgentHost.eventsFrom` (EVS-01): the session's events from `seq`, without activating it. */
@@ -98,8 +99,14 @@ const eventsFromOf = (s: HostState, readerHost: hostEvents.ReaderHost) =>
     })
   ))
 
-/** The same reader run into a sink (the gateway's, B9). */
-const runIntoOf = (s: HostState, readerHost: hostEvents.ReaderHost): hostEvents.RunInto => (id, seq, sink, onLive) =>
+/** `AgentHost.eventsInto`: the same reader run into a sink (the gateway's, B9). */
+const eventsIntoOf = (s: HostState, readerHost: hostEvents.ReaderHost) =>
+(
+  id: SessionId | string,
+  seq: number,
+  sink: hostEvents.DurableSink,
+  onLive: Effect.Effect<void>
+): Effect.Effect<void, AgentHost.EventsFromError, ScopeNs.Scope> =>
   Effect.suspend(() =>
     Either.match(readerId(s, id), {
       onLeft: (error) => Effect.fail(error),
@@ -122,18 +129,18 @@ const startRecovery = (s: HostState): Effect.Effect<unknown> => {
   )
 }
 
-const serviceOf = (s: HostState, readerHost = readerHostOf(s)): AgentHost.AgentHost["Type"] =>
-  hostEvents.withRunInto(AgentHost.AgentHost.of({
-    get: (id, create) => get(s, id, create),
-    use: (id, f, create) => use(s, id, f, create),
-    // APP-05: the hold of `use` keeps the agent live while its turn runs
-    run: (id, message, runOptions, create) => use(s, id, (agent) => agent.run(message, runOptions), create),
-    eventsFrom: eventsFromOf(s, readerHost),
-    remove: (id) => remove(s, id),
-    passivate: (id) => passivateById(s, id),
-    live: Effect.sync(() => Array.from(s.lru.keys())),
-    recovery: Deferred.await(s.recovered)
-  }), runIntoOf(s, readerHost))
+const serviceOf = (s: HostState, readerHost = readerHostOf(s)): AgentHost.AgentHost["Type"] => ({
+  get: (id, create) => get(s, id, create),
+  use: (id, f, create) => use(s, id, f, create),
+  // APP-05: the hold of `use` keeps the agent live while its turn runs
+  run: (id, message, runOptions, create) => use(s, id, (agent) => agent.run(message, runOptions), create),
+  eventsFrom: eventsFromOf(s, readerHost),
+  eventsInto: eventsIntoOf(s, readerHost),
+  remove: (id) => remove(s, id),
+  passivate: (id) => passivateById(s, id),
+  live: Effect.sync(() => Array.from(s.lru.keys())),
+  recovery: Deferred.await(s.recovered)
+})
 
 /** @internal */
 export const make = <R>(

@@ -8,7 +8,7 @@
 import type { Scope as ScopeNs } from "effect"
 import { Clock, Deferred, Duration, Effect, Exit, FiberId, FiberMap, FiberSet, Option, Scope, Stream } from "effect"
 import type { AgentEvent } from "../../AgentEvent.js"
-import * as AgentHost from "../../AgentHost.js"
+import * as HostError from "./errors.js"
 import type { SessionId } from "../../Message.js"
 import type { Hosted, HostState } from "./state.js"
 import { deleteSlot, isIdle, setSlot, signalFreed, watchers } from "./state.js"
@@ -119,11 +119,11 @@ export const reserve = (
   s: HostState,
   id: SessionId,
   deadline: number
-): Effect.Effect<void, AgentHost.HostAtCapacity | AgentHost.HostClosed> =>
+): Effect.Effect<void, HostError.HostAtCapacity | HostError.HostClosed> =>
   Effect.flatMap(Clock.currentTimeMillis, (now) =>
     Effect.gen(function*() {
       while (true) {
-        if (s.closed) return yield* new AgentHost.HostClosed({ id })
+        if (s.closed) return yield* new HostError.HostClosed({ id })
         if (s.occupied < s.settings.maxLive) {
           s.occupied++
           return
@@ -139,7 +139,7 @@ export const reserve = (
       Effect.timeoutFail({
         duration: Duration.millis(Math.max(0, deadline - now)),
         onTimeout: () =>
-          new AgentHost.HostAtCapacity({
+          new HostError.HostAtCapacity({
             id,
             maxLive: s.settings.maxLive,
             waitedMillis: Duration.toMillis(s.settings.activationTimeout)

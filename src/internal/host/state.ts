@@ -29,12 +29,12 @@ import {
   Scope,
   Stream
 } from "effect"
-import type { Agent, AgentHandle, AgentOptions, AgentSetup } from "../../Agent.js"
-import * as AgentHost from "../../AgentHost.js"
+import type { Agent, AgentHandle, AgentOptions, AgentSetup, AgentWatchers } from "../../Agent.js"
+import type * as AgentHost from "../../AgentHost.js"
+import * as HostError from "./errors.js"
 import type { AgentRegistry } from "../../AgentRegistry.js"
 import type { SessionId } from "../../Message.js"
 import type { SessionPersistence } from "../../SessionPersistence.js"
-import type * as Feed from "../feed.js"
 import type * as hostEvents from "./events.js"
 
 /** A live agent of the host. @internal */
@@ -50,7 +50,7 @@ export interface Hosted {
   /** Owns the agent (a fork of the host's agents Scope). */
   readonly scope: Scope.CloseableScope
   /** The agent's own feed, counting every subscriber of the agent (HOST-02). */
-  readonly watched: Feed.Watched | undefined
+  readonly watched: AgentWatchers | undefined
   /** Live subscriptions through `view` when the agent has no attached feed. */
   subscribers: number
   /** Open `use` regions (HOST-02). */
@@ -80,7 +80,7 @@ export interface Settings {
 
 /** HOST-00: the options given, each defaulted (a count that is not a positive integer too). @internal */
 export const settingsOf = <R>(options: AgentHost.HostOptions<R>): Settings => {
-  const d = AgentHost.defaults
+  const d = HostError.defaults
   const positive = (n: number | undefined, fallback: number) =>
     n !== undefined && Number.isSafeInteger(n) && n > 0 ? n : fallback
   return {
@@ -98,7 +98,7 @@ export const settingsOf = <R>(options: AgentHost.HostOptions<R>): Settings => {
 /** The host's `setup` for one activation, its errors tagged with the id (HOST-01). @internal */
 export type SetupFor = (
   id: SessionId
-) => ((agent: AgentSetup) => Effect.Effect<void, AgentHost.HostSetupFailed, ScopeNs.Scope>) | undefined
+) => ((agent: AgentSetup) => Effect.Effect<void, HostError.HostSetupFailed, ScopeNs.Scope>) | undefined
 
 /** The watch of an id by its `eventsFrom` readers (EVS-01). @internal */
 export class WatchEntry implements hostEvents.Watch {

@@ -8,7 +8,7 @@
 import { HttpServerRequest } from "@effect/platform"
 import { Context, Effect, Option, Redacted } from "effect"
 import type * as HttpApi from "../../HttpApi.js"
-import { Forbidden, Unauthorized } from "../../HttpApi.js"
+import { Forbidden, Unauthorized } from "./api.js"
 import type { SessionId } from "../../Message.js"
 
 /** What authentication and authorization need of the server's options. @internal */

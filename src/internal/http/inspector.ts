@@ -15,7 +15,7 @@ import { Effect, Either, Option, Schema, Stream } from "effect"
 import type { Agent } from "../../Agent.js"
 import { AgentRegistry } from "../../AgentRegistry.js"
 import type * as HttpApi from "../../HttpApi.js"
-import { Forbidden, Unauthorized } from "../../HttpApi.js"
+import { Forbidden, Unauthorized } from "./api.js"
 import type { SessionId } from "../../Message.js"
 import * as auth from "./auth.js"
 import * as problems from "./problem.js"
@@ -121,18 +121,10 @@ const snapshot = (registry: AgentRegistry["Type"], initiators: ReadonlyMap<strin
 // -------------------------------------------------------------------------------------------------
 // security: the registry answers as the sessions routes do (HTTP-03, SEC-04)
 
-// made on first use: HttpApi.ts imports this module (through http/server.ts) before its classes exist
-let encoders:
-  | {
-    readonly unauthorized: (error: Unauthorized) => Effect.Effect<problems.ProblemBody, unknown>
-    readonly forbidden: (error: Forbidden) => Effect.Effect<problems.ProblemBody, unknown>
-  }
-  | undefined
-const problemEncoders = () =>
-  encoders ??= {
-    unauthorized: Schema.encode(problems.problem(Unauthorized, 401)),
-    forbidden: Schema.encode(problems.problem(Forbidden, 403))
-  }
+const problemEncoders = {
+  unauthorized: Schema.encode(problems.problem(Unauthorized, 401)),
+  forbidden: Schema.encode(problems.problem(Forbidden, 403))
+}
 
 /**
  * The principal of a request that may see the registry (authenticated by the sessions routes' own
@@ -142,12 +134,12 @@ const admitted = (settings: InspectorSettings, request: HttpServerRequest.HttpSe
   Effect.gen(function*() {
     const principal = yield* Effect.either(auth.authenticate(settings, request))
     if (Either.isLeft(principal)) {
-      const body = yield* Effect.orDie(problemEncoders().unauthorized(principal.left))
+      const body = yield* Effect.orDie(problemEncoders.unauthorized(principal.left))
       return Either.left(HttpServerResponse.unsafeJson(body, { status: 401, headers: { "www-authenticate": "Bearer" } }))
     }
     const allowed = yield* Effect.either(auth.authorize(settings, principal.right, undefined, "list"))
     if (Either.isLeft(allowed)) {
-      const body = yield* Effect.orDie(problemEncoders().forbidden(allowed.left))
+      const body = yield* Effect.orDie(problemEncoders.forbidden(allowed.left))
       return Either.left(HttpServerResponse.unsafeJson(body, { status: 403 }))
     }
     return Either.right(principal.right)

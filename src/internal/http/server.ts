@@ -16,15 +16,7 @@ import {
 } from "@effect/platform"
 import { Cause, Deferred, Duration, Effect, Layer, Option, Schema, Stream } from "effect"
 import type * as HttpApi from "../../HttpApi.js"
-import {
-  Api,
-  Authentication,
-  CurrentPrincipal,
-  NotReady,
-  PayloadTooLarge,
-  SessionProblem,
-  statusOf
-} from "../../HttpApi.js"
+import { Api, Authentication, CurrentPrincipal, NotReady, PayloadTooLarge, SessionProblem, statusOf } from "./api.js"
 import * as Message from "../../Message.js"
 import type { SessionId } from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
@@ -346,9 +338,7 @@ const cursorOf = (lastEventId: string | undefined, from: number | undefined) => 
 
 const encodeInfo = (info: SessionInfo) => Effect.orDie(Schema.encode(SessionInfoSchema)(info))
 
-// made on first use: this module and HttpApi.ts import each other
-let encodeProblemOnce: ((u: unknown) => Effect.Effect<unknown, unknown>) | undefined
-const encodeProblem = (error: unknown) => (encodeProblemOnce ??= Schema.encodeUnknown(SessionProblem))(error)
+const encodeProblem = Schema.encodeUnknown(SessionProblem)
 
 /** The last frame of a stream that failed after it started: its problem body. */
 const errorFrameOf = (error: EventsError) =>

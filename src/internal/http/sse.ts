@@ -9,7 +9,8 @@ import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { HttpClientError } from "@effect/platform"
 import type { HttpClientResponse } from "@effect/platform"
 import { Chunk, Duration, Effect, Either, Option, Redacted, Schedule, Schema, Stream } from "effect"
-import * as HttpApi from "../../HttpApi.js"
+import type * as HttpApiFacade from "../../HttpApi.js"
+import * as HttpApi from "./api.js"
 import type { LiveEvent, StreamEvent } from "../../SessionGateway.js"
 import { DurableEvent, LiveEvent as LiveEventSchema } from "../../SessionGateway.js"
 
@@ -118,10 +119,7 @@ export type ClientError =
   | HttpApi.Unauthorized
   | HttpClientError.HttpClientError
 
-// made on first use: this module and HttpApi.ts import each other
-let decodeProblemOnce: ((u: unknown) => Effect.Effect<Exclude<ClientError, HttpClientError.HttpClientError>, unknown>) | undefined
-const decodeProblem = (u: unknown) =>
-  (decodeProblemOnce ??= Schema.decodeUnknown(Schema.Union(HttpApi.SessionProblem, HttpApi.UnauthorizedProblem)))(u)
+const decodeProblem = Schema.decodeUnknown(Schema.Union(HttpApi.SessionProblem, HttpApi.UnauthorizedProblem))
 
 /** A failure that retrying may cure: the network, a 5xx, a 429. */
 const isTransient = (error: ClientError): boolean => {
@@ -159,7 +157,7 @@ const defaultReconnect: Schedule.Schedule<unknown, unknown> = Schedule.exponenti
 
 /** @internal */
 export const events = (
-  options: HttpApi.EventsOptions
+  options: HttpApiFacade.EventsOptions
 ): Stream.Stream<StreamEvent, ClientError, HttpClient.HttpClient> =>
   Stream.suspend(() => {
     let next = options.from ?? 0

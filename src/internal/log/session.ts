@@ -17,7 +17,7 @@ import * as SessionError from "../../SessionError.js"
 import type { CoreEventInput, CustomEventInput, JsonRecord, SessionEvent, SessionHeader } from "../../SessionEvent.js"
 import { snapshot } from "../json.js"
 import type { SessionWriter } from "../../SessionPersistence.js"
-import { currentInitiatorRef } from "../agent/registry.js"
+import { currentInitiatorRef } from "../agent/initiator.js"
 import * as codec from "./eventCodec.js"
 import * as Feed from "../feed.js"
 import * as history from "./history.js"
@@ -81,13 +81,30 @@ export interface SessionCore {
   readonly abandon: (reason: string) => void
 }
 
-const cores = new WeakMap<Session, SessionCore>()
-
-/** @internal */
+/**
+ * The core of a session built here (ARCH-01: the session's own state, held by the session itself, not
+ * a side table). The inbox, the loop and repair only ever hold sessions they built.
+ *
+ * @internal
+ */
 export const core = (session: Session): SessionCore => {
-  const found = cores.get(session)
-  if (found === undefined) throw new Error("bug: session was not built by effect-agent")
-  return found
+  if (session instanceof LiveSession) return session[stateKey]
+  throw new Error(
+    `session ${JSON.stringify(session.id)} was not made by effect-agent (Session.make, SessionStore or AgentLoop): ` +
+      "an inbox or an agent needs a session made there"
+  )
+}
+
+/**
+ * The log length at the end of the last closed turn of `events` (FORK-01's default boundary), for a
+ * session read through its public surface.
+ *
+ * @internal
+ */
+export const closedLengthOf = (events: ReadonlyArray<SessionEvent>): number => {
+  const turns = new TurnState()
+  for (let i = 0; i < events.length; i++) turns.fold(events[i]!, i + 1)
+  return turns.closedLength
 }
 
 /** An event as the writer receives it: validated, not yet stamped. */
@@ -653,7 +670,6 @@ const makeWith = (scope: Scope.Scope, options: MakeOptions, refs: FiberRefs.Fibe
   Effect.suspend(() => {
     const state = new SessionState(options.header.id, scope, options.writer, refs, options.events)
     const session = new LiveSession(state, options.header)
-    cores.set(session, state)
     return Effect.as(Scope.addFinalizer(scope, state.close), session)
   })
 

@@ -7,7 +7,7 @@
  */
 import type { LanguageModel, Prompt, Response } from "@effect/ai"
 import { Option } from "effect"
-import { ModelError } from "../../AgentError.js"
+import { ModelError } from "./error.js"
 import * as providerHttp from "./providerHttp.js"
 import type { OutputBudget } from "./providerOutput.js"
 import * as wire from "./wireParts.js"

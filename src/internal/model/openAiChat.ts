@@ -6,7 +6,7 @@
  * @internal
  */
 import type { LanguageModel, Prompt, Response } from "@effect/ai"
-import { ModelError } from "../../AgentError.js"
+import { ModelError } from "./error.js"
 import * as providerHttp from "./providerHttp.js"
 import type { OutputBudget } from "./providerOutput.js"
 import * as wire from "./wireParts.js"

@@ -9,7 +9,7 @@ import type { HttpClientError, HttpClientResponse } from "@effect/platform"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import type { Stream } from "effect"
 import { Duration, Effect, Encoding, Redacted, Scope } from "effect"
-import { ModelError } from "../../AgentError.js"
+import { ModelError } from "./error.js"
 import type { RequestWatch } from "./timeouts.js"
 
 /** How much of an error body is read (the provider's message is at its start). */

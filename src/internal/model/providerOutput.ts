@@ -9,7 +9,7 @@
  * @internal
  */
 import { Duration, Option } from "effect"
-import { ModelError } from "../../AgentError.js"
+import { ModelError } from "./error.js"
 import { defaultMaxEventBytes, utf8Length } from "../log/recordSize.js"
 
 /**

@@ -9,7 +9,7 @@
  * @internal
  */
 import { Cause, Duration, Effect, Exit, Option, Schedule } from "effect"
-import { ModelError } from "../../AgentError.js"
+import { ModelError } from "./error.js"
 
 /**
  * The knobs of the backoff.

@@ -6,7 +6,7 @@
  * @internal
  */
 import { Effect, Option, Stream, SubscriptionRef } from "effect"
-import { ModelError } from "../../AgentError.js"
+import { ModelError } from "./error.js"
 import type { ModelChunk, ModelRequest, Reply, ReplyPart, Script } from "../../Model.js"
 import type { Usage } from "../../SessionEvent.js"
 

@@ -18,7 +18,7 @@
  */
 import { Cause, Channel, Chunk, Duration, Effect, Exit, Fiber, FiberId, Option, Scope, Stream } from "effect"
 import type { Clock } from "effect"
-import { ModelError } from "../../AgentError.js"
+import { ModelError } from "./error.js"
 
 /**
  * The timeouts of one request (MOD-04): the whole request, and the wait for each next chunk.

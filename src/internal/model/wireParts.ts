@@ -8,7 +8,7 @@
 import type { LanguageModel, Prompt, Response, Tool } from "@effect/ai"
 import { Tool as AiTool } from "@effect/ai"
 import { Cause, Channel, Chunk, Effect, Option, Schema, Stream } from "effect"
-import { ModelError } from "../../AgentError.js"
+import { ModelError } from "./error.js"
 import type { RequestWatch } from "./timeouts.js"
 import { OutputBudget, outputTooLarge } from "./providerOutput.js"
 import * as sse from "./sseReader.js"

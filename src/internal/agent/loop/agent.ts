@@ -10,7 +10,7 @@ import type { Agent, AgentHandle, AgentOptions, AgentSetup, RunOptions, SendOpti
 import * as AgentError from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
 import type { AgentPublisher } from "../../../AgentRegistry.js"
-import { currentInitiatorRef } from "../../../AgentRegistry.js"
+import { currentInitiatorRef } from "../initiator.js"
 import type { InboxChange } from "../../../Inbox.js"
 import type * as Message from "../../../Message.js"
 import type { SessionId } from "../../../Message.js"
@@ -350,8 +350,6 @@ export const buildAgent = (
       const spawn = spawnOf(loop, build, driver)
       const agent = new LiveAgent(build, options, session, inbox, driver, feed, spawn, forkOf(loop, build, session, driver))
       build.agent = agent
-      // HOST-02: whoever hosts the agent reads how many watch it, however they got it
-      Feed.attach(agent, feed)
       // CORE-02: the agent and its driver are made: their LIFE-01 steps join the lifecycle
       return Effect.as(
         addAgentSteps(build, driver, publisher),

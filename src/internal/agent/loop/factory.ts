@@ -8,10 +8,11 @@
  */
 import type { Fiber, Scope } from "effect"
 import { Deferred, Duration, Effect, Either, FiberSet, Option } from "effect"
-import type { AgentHandle, AgentOptions, CreateOptions, ResumeOptions } from "../../../Agent.js"
+import type { Agent, AgentHandle, AgentOptions, CreateOptions, ResumeOptions } from "../../../Agent.js"
 import * as AgentError from "../../../AgentError.js"
 import type { AgentFactory, AgentPublisher } from "../../../AgentRegistry.js"
-import { AgentRegistry, currentInitiatorRef } from "../../../AgentRegistry.js"
+import { AgentRegistry } from "../../../AgentRegistry.js"
+import { currentInitiatorRef } from "../initiator.js"
 import * as Message from "../../../Message.js"
 import type { SessionId } from "../../../Message.js"
 import { Model } from "../../../Model.js"
@@ -23,7 +24,6 @@ import type { SessionWriter } from "../../../SessionPersistence.js"
 import { SessionPersistence } from "../../../SessionPersistence.js"
 import { SessionStore } from "../../../SessionStore.js"
 import * as Tool from "../../../Tool.js"
-import * as internalRegistry from "../registry.js"
 import * as codec from "../../log/eventCodec.js"
 import * as fiberModule from "../../fiber.js"
 import * as finalizer from "../../finalizer.js"
@@ -92,17 +92,22 @@ const refusal = (
 }
 
 /**
- * Fails with `collision()` when `id` is live in the registry, else runs `then`: a plain read for a
- * registry built here (B1), an effect for one built elsewhere.
+ * The live agent of `id` in the registry that called the factory: its publisher's `lookup` (no span,
+ * B1), else `registry.get` (a publisher built elsewhere). ARCH-01: a wrapped registry changes nothing.
  */
+const liveAgent = (loop: Loop, publisher: AgentPublisher, id: SessionId): Effect.Effect<Option.Option<Agent>> =>
+  publisher.lookup !== undefined ? publisher.lookup(id) : loop.registry.get(id)
+
+/** Fails with `collision()` when `id` is live in the registry, else runs `then`. */
 const unlessLive = <A, E, R, C>(
   loop: Loop,
+  publisher: AgentPublisher,
   id: SessionId,
   collision: () => C,
   then: Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | C, R> =>
   Effect.flatMap(
-    internalRegistry.lookup(loop.registry, id),
+    liveAgent(loop, publisher, id),
     (found): Effect.Effect<A, E | C, R> => (Option.isSome(found) ? Effect.fail(collision()) : then)
   )
 
@@ -213,6 +218,7 @@ const create = <E, R>(
       agentOptions,
       unlessLive(
         loop,
+        publisher,
         id,
         collision,
         transaction(loop, id, owner, publisher, (build, restore) =>
@@ -293,7 +299,7 @@ const resume = <E, R>(loop: Loop, options: ResumeOptions<E, R>, owner: Scope.Sco
     const agentOptions = yield* validateOptions(options.options)
     const persistence = loop.persistence
     if (Option.isNone(persistence)) return yield* new AgentError.PersistenceNotConfigured({ id })
-    if (Option.isSome(yield* internalRegistry.lookup(loop.registry, id)) || Option.isSome(yield* loop.store.get(id))) {
+    if (Option.isSome(yield* liveAgent(loop, publisher, id)) || Option.isSome(yield* loop.store.get(id))) {
       return yield* new SessionError.SessionAlreadyLive({ id })
     }
     return yield* transaction(loop, id, owner, publisher, (build, restore: Restore) =>

@@ -194,6 +194,8 @@ export const runSetup = <E, R>(loop: Loop, build: Build, setup: Setup<E, R> | un
 /** PUB step 6: the owner's handle (`dispose` is the teardown, LIFE-02). @internal */
 export const handleOf = (loop: Loop, build: Build, publisher: AgentPublisher): AgentHandle => ({
   agent: build.agent!,
+  // HOST-02: whoever hosts the agent reads how many watch it, however they got it
+  watchers: build.feed!,
   dispose: Effect.withFiberRuntime((fiber) =>
     fiber.getFiberRef(inCommitRef)
       ? Effect.dieMessage("an agent was disposed from inside a commit, which would deadlock the registry")
