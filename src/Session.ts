@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import type { Array as Arr, Scope, Stream } from "effect"
-import { Effect, Either } from "effect"
+import { Effect, Either, Schema } from "effect"
 import * as internal from "./internal/log/session.js"
 import * as codec from "./internal/log/eventCodec.js"
 import type { Message, SessionId } from "./Message.js"
@@ -14,8 +14,8 @@ import { sessionId } from "./Message.js"
 import type { InvalidSessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionWriter } from "./SessionPersistence.js"
-import type { CustomEventInput, JsonRecord, SessionEvent, SessionHeader, Usage } from "./SessionEvent.js"
-import { FORMAT, VERSION } from "./SessionEvent.js"
+import type { ChildOf, CustomEventInput, JsonRecord, SessionEvent, SessionHeader, Usage } from "./SessionEvent.js"
+import { ChildOf as ChildOfSchema, FORMAT, VERSION } from "./SessionEvent.js"
 import { snapshot } from "./internal/json.js"
 
 /**
@@ -88,6 +88,8 @@ const seedTypeOf = (event: unknown): string => {
   }
 }
 
+const isChildOf = Schema.is(ChildOfSchema)
+
 /**
  * Validates the header fields and seed of a new session (ID-01, EVT-01..03). Seed events must be
  * contiguous from seq 0 and valid like stored events.
@@ -100,6 +102,8 @@ export const plan = (options: {
   readonly meta?: JsonRecord | undefined
   readonly seed?: ReadonlyArray<SessionEvent> | undefined
   readonly parentSession?: SessionId | undefined
+  /** SUB-01: the parent session and call of a child session (since 0.3.0). */
+  readonly child?: ChildOf | undefined
   readonly createdAt: number
 }): Either.Either<SessionPlan, InvalidSessionId | SessionError.InvalidEventData> => {
   const id = sessionId(options.id)
@@ -110,6 +114,14 @@ export const plan = (options: {
       new SessionError.InvalidEventData({
         type: "(header meta)",
         reason: meta._tag === "Left" ? `${meta.problem.path}: ${meta.problem.reason}` : "meta must be a JSON object"
+      })
+    )
+  }
+  if (options.child !== undefined && !isChildOf(options.child)) {
+    return Either.left(
+      new SessionError.InvalidEventData({
+        type: "(header child)",
+        reason: "child must name a valid parent session id and a non-empty call id"
       })
     )
   }
@@ -135,7 +147,8 @@ export const plan = (options: {
     createdAt: Math.floor(options.createdAt),
     ...(options.parentSession !== undefined ? { parentSession: options.parentSession } : {}),
     seedLength: seed.length,
-    meta: meta.value as JsonRecord
+    meta: meta.value as JsonRecord,
+    ...(options.child !== undefined ? { child: { parent: options.child.parent, callId: options.child.callId } } : {})
   })
   return Either.right({ header, seed })
 }
