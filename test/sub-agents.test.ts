@@ -185,6 +185,25 @@ describe("SUB-01 Tool.agent", () => {
       }).pipe(Effect.provide(context))
     }))
 
+  it.scoped("SUB-02 disposing the parent mid-call cancels the child's turn with cause parent", () =>
+    Effect.gen(function*() {
+      const { context, model, storage } = yield* memoryRuntime([
+        Model.toolCall("c1", "delegate", JSON.stringify({ prompt: "a long task" })),
+        Model.hang("working")
+      ])
+      yield* Effect.gen(function*() {
+        const registry = yield* AgentRegistry
+        const handle = yield* registry.create({ sessionId: "lead", options: route, setup: (s) => s.tools.register(delegate()) })
+        yield* handle.agent.followup(Message.user("go"))
+        yield* model.awaitRequest(2)
+        yield* handle.dispose
+        const childId = childSessionId("lead" as SessionId, "c1")
+        assert.deepStrictEqual(endsOf(yield* storedEvents(storage, childId)), [{ kind: "aborted", cause: { kind: "parent" } }])
+        assert.deepStrictEqual(endsOf(yield* storedEvents(storage, "lead")), [{ kind: "aborted", cause: { kind: "disposed" } }])
+        assert.isTrue(Option.isNone(yield* registry.get(childId)))
+      }).pipe(Effect.provide(context))
+    }))
+
   it.scoped("SUB-02 maxAgentDepth: a call beyond it is the error result MAX_AGENT_DEPTH and makes no child", () =>
     Effect.gen(function*() {
       const { context, storage } = yield* memoryRuntime([
