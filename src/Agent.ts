@@ -16,7 +16,7 @@ import type { SessionId, UserMessage } from "./Message.js"
 import type { ModelSettings } from "./ModelSettings.js"
 import type { Session } from "./Session.js"
 import type { SessionAppendError } from "./SessionError.js"
-import type { CancelCause, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
+import type { CancelCause, ChildOf, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
 import type { LoopHooksShape, ToolRegistryShape } from "./Tool.js"
 import type { TurnPart } from "./TurnPart.js"
 import type { TurnResult, TypedTurnResult } from "./TurnResult.js"
@@ -39,6 +39,14 @@ export interface AgentOptions {
   readonly maxStepsPerTurn?: number | undefined
   /** Cap on `requestError` retries; default 3. */
   readonly maxRequestRetries?: number | undefined
+  /**
+   * SUB-02: how deep a chain of sub-agents (`Tool.agent`) may go below a root agent. A call that would
+   * make a child deeper than this (the calling agent's own value) is an error result
+   * `MAX_AGENT_DEPTH` and no child is made. Default 4; 0 forbids sub-agents.
+   *
+   * @since 0.3.0
+   */
+  readonly maxAgentDepth?: number | undefined
   /**
    * APP-03: a turn that ends `error` logs one `Warning` line through Effect's logger (session id,
    * turn, code, message) unless a `run`/`stream` caller receives the error; `false` turns it off.
@@ -135,6 +143,14 @@ export interface CreateOptions<E = never, R = never> {
   readonly fork?: { readonly from: Session; readonly upTo?: number | undefined } | undefined
   /** The runtime owner relation (`roots`/`isOwnedBy`). */
   readonly parentAgent?: Agent | undefined
+  /**
+   * SUB-01: the parent session and tool call this session is a child of, written in its header
+   * (`Tool.agent` sets it). Recovery never activates such a session as a root: its parent's resume
+   * reads it. Ignored when an existing session is resumed (its header stays as stored).
+   *
+   * @since 0.3.0
+   */
+  readonly child?: ChildOf | undefined
   readonly setup?: Setup<E, R> | undefined
 }
 

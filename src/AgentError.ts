@@ -249,6 +249,42 @@ export class ToolUnavailable extends Schema.TaggedError<ToolUnavailable>("effect
 }
 
 /**
+ * What a sub-agent tool (`Tool.agent`, SUB-01) fails with when its child could not run the call to
+ * completion: the child's turn ended otherwise than `completed` (`reason` says how), or the child
+ * could not be started. The model sees an error result with the code `SUBAGENT_FAILED`; the child's
+ * session (`child`) keeps what it did.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class SubAgentFailed extends Schema.TaggedError<SubAgentFailed>("effect-agent/SubAgentFailed")(
+  "SubAgentFailed",
+  { tool: Schema.String, child: Schema.String, reason: Schema.String }
+) {
+  override get message(): string {
+    return `the sub-agent ${JSON.stringify(this.child)} of tool ${JSON.stringify(this.tool)} did not finish: ` +
+      `${this.reason}; its session keeps what it did: retry with a simpler task or carry on without it`
+  }
+}
+
+/**
+ * What a sub-agent tool (`Tool.agent`, SUB-02) fails with when the calling agent is already `depth`
+ * levels below its root and its `maxAgentDepth` (`max`) allows no deeper child. No child is made; the
+ * model sees an error result with the code `MAX_AGENT_DEPTH`.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class MaxAgentDepthExceeded extends Schema.TaggedError<MaxAgentDepthExceeded>(
+  "effect-agent/MaxAgentDepthExceeded"
+)("MaxAgentDepthExceeded", { tool: Schema.String, depth: Schema.Number, max: Schema.Number }) {
+  override get message(): string {
+    return `the tool ${JSON.stringify(this.tool)} would start a sub-agent ${this.depth + 1} levels deep, ` +
+      `beyond maxAgentDepth ${this.max}; do this part of the work yourself instead of delegating it`
+  }
+}
+
+/**
  * @since 0.1.0
  * @category errors
  */

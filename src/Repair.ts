@@ -179,6 +179,18 @@ export const closerMessageId = (callId: string): MessageId => {
 }
 
 /**
+ * A call's result known from elsewhere when its turn is repaired (SUB-02: a sub-agent call whose
+ * child session finished): written by {@link closers} in place of the call's error closer.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface SettledResult {
+  readonly message: ToolResultMessage
+  readonly error?: { readonly name: string; readonly code: string } | undefined
+}
+
+/**
  * The events that close the open final turn of a log (REP-02), stamped with seqs continuing after
  * the last event and the time of the last event; `[]` for an empty log, a log without a turn, or one
  * whose last turn is closed (REP-01). In order:
@@ -193,7 +205,9 @@ export const closerMessageId = (callId: string): MessageId => {
  * 4. `turn/end {kind:"interrupted"}`.
  *
  * `options.seedLength` (the header's) makes splices of a fork's seed invisible, like the inbox
- * replay (INB-05). Pure: the result is a deep-frozen array of plain, schema-valid core events.
+ * replay (INB-05). `options.settled` (since 0.3.0) gives the results of calls known from elsewhere
+ * — a sub-agent call whose child's turn had ended (SUB-02) — written in that call's place in step 2
+ * instead of its error closer (the caller reads them; `closers` stays pure). Pure: the result is a deep-frozen array of plain, schema-valid core events.
  *
  * @example
  * ```ts
@@ -209,7 +223,10 @@ export const closerMessageId = (callId: string): MessageId => {
  */
 export const closers = (
   events: ReadonlyArray<SessionEvent>,
-  options?: { readonly seedLength?: number | undefined }
+  options?: {
+    readonly seedLength?: number | undefined
+    readonly settled?: ReadonlyMap<string, SettledResult> | undefined
+  }
 ): ReadonlyArray<CoreEvent> => {
   const open = openTurn(events)
   if (Option.isNone(open)) return emptyClosers
@@ -293,33 +310,57 @@ export const closers = (
 
   // (b) One error result per call without a result, in the order the calls appeared.
   for (const call of calls.values()) {
-    if (answered.has(call.callId)) continue
-    const message: ToolResultMessage = {
-      id: closerMessageId(call.callId),
-      role: "tool",
-      toolCallId: call.callId,
-      toolName: call.toolName,
-      content: [{
-        type: "text",
-        text: call.dispatched ? outcomeUnknownText(call.toolName) : notStartedText(call.toolName)
-      }],
-      isError: true
-    }
-    out.push(stamp({
-      type: "tool/result",
-      data: {
-        turn,
-        step: call.step,
-        message,
-        error: call.dispatched ? { ...ToolOutcomeUnknown } : { ...ToolNotStarted }
-      }
-    }))
+    if (!answered.has(call.callId)) out.push(stamp(callCloser(turn, call, options?.settled)))
   }
 
   // (c) The open step, then (d) the turn.
   if (openStep !== undefined) out.push(stamp({ type: "step/end", data: { turn, step: openStep } }))
   out.push(stamp({ type: "turn/end", data: { turn, reason: { kind: "interrupted" } } }))
   return Object.freeze(out)
+}
+
+/**
+ * The `tool/result` that closes a call without a result: the result known from elsewhere for a
+ * dispatched call (SUB-02), else `TOOL_OUTCOME_UNKNOWN` when it was dispatched, `TOOL_NOT_STARTED`
+ * otherwise (REP-02).
+ */
+const callCloser = (
+  turn: number,
+  call: PendingCall,
+  settled: ReadonlyMap<string, SettledResult> | undefined
+): Unstamped => {
+  const known = call.dispatched ? settled?.get(call.callId) : undefined
+  if (known !== undefined) {
+    return {
+      type: "tool/result",
+      data: {
+        turn,
+        step: call.step,
+        message: deepFreeze({ ...known.message, toolCallId: call.callId }),
+        ...(known.error !== undefined ? { error: { name: known.error.name, code: known.error.code } } : {})
+      }
+    }
+  }
+  const message: ToolResultMessage = {
+    id: closerMessageId(call.callId),
+    role: "tool",
+    toolCallId: call.callId,
+    toolName: call.toolName,
+    content: [{
+      type: "text",
+      text: call.dispatched ? outcomeUnknownText(call.toolName) : notStartedText(call.toolName)
+    }],
+    isError: true
+  }
+  return {
+    type: "tool/result",
+    data: {
+      turn,
+      step: call.step,
+      message,
+      error: call.dispatched ? { ...ToolOutcomeUnknown } : { ...ToolNotStarted }
+    }
+  }
 }
 
 const emptyClosers: ReadonlyArray<CoreEvent> = Object.freeze([])

@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import type { Array as Arr, Scope, Stream } from "effect"
-import { Effect, Either } from "effect"
+import { Effect, Either, Schema } from "effect"
 import * as internal from "./internal/log/session.js"
 import * as codec from "./internal/log/eventCodec.js"
 import type { Message, SessionId } from "./Message.js"
@@ -14,8 +14,8 @@ import { sessionId } from "./Message.js"
 import type { InvalidSessionId } from "./Message.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionWriter } from "./SessionPersistence.js"
-import type { CustomEventInput, JsonRecord, SessionEvent, SessionHeader, Usage } from "./SessionEvent.js"
-import { FORMAT, VERSION } from "./SessionEvent.js"
+import type { ChildOf, CustomEventInput, JsonRecord, SessionEvent, SessionHeader, Usage } from "./SessionEvent.js"
+import { ChildOf as ChildOfSchema, FORMAT, VERSION } from "./SessionEvent.js"
 
 /**
  * @since 0.1.0
@@ -87,6 +87,8 @@ const seedTypeOf = (event: unknown): string => {
   }
 }
 
+const isChildOf = Schema.is(ChildOfSchema)
+
 /**
  * Validates the header fields and seed of a new session (ID-01, EVT-01..03). Seed events must be
  * contiguous from seq 0 and valid like stored events.
@@ -99,12 +101,22 @@ export const plan = (options: {
   readonly meta?: JsonRecord | undefined
   readonly seed?: ReadonlyArray<SessionEvent> | undefined
   readonly parentSession?: SessionId | undefined
+  /** SUB-01: the parent session and call of a child session (since 0.3.0). */
+  readonly child?: ChildOf | undefined
   readonly createdAt: number
 }): Either.Either<SessionPlan, InvalidSessionId | SessionError.InvalidEventData> => {
   const id = sessionId(options.id)
   if (Either.isLeft(id)) return Either.left(id.left)
   const meta = internal.headerMeta(options.meta)
   if (Either.isLeft(meta)) return Either.left(meta.left)
+  if (options.child !== undefined && !isChildOf(options.child)) {
+    return Either.left(
+      new SessionError.InvalidEventData({
+        type: "(header child)",
+        reason: "child must name a valid parent session id and a non-empty call id"
+      })
+    )
+  }
   const seedInput = options.seed ?? []
   const seed: Array<SessionEvent> = []
   for (let i = 0; i < seedInput.length; i++) {
@@ -127,7 +139,8 @@ export const plan = (options: {
     createdAt: Math.floor(options.createdAt),
     ...(options.parentSession !== undefined ? { parentSession: options.parentSession } : {}),
     seedLength: seed.length,
-    meta: meta.right
+    meta: meta.right,
+    ...(options.child !== undefined ? { child: { parent: options.child.parent, callId: options.child.callId } } : {})
   })
   return Either.right({ header, seed })
 }

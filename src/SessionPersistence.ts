@@ -168,6 +168,14 @@ export interface RecoverySummary {
   readonly pending: number
   /** Pending messages that were sent waking (HOST-03). */
   readonly pendingWaking: number
+  /**
+   * The parent session when this is a sub-agent's child session (its header's `child`, SUB-02):
+   * recovery never activates it as a root. A backend that leaves it out makes recovery treat every
+   * session as a root.
+   *
+   * @since 0.3.0
+   */
+  readonly parent?: SessionId | undefined
 }
 
 /**

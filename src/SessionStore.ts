@@ -15,7 +15,7 @@ import * as internalSession from "./internal/log/session.js"
 import type { InvalidSessionId, SessionId } from "./Message.js"
 import * as Session from "./Session.js"
 import * as SessionError from "./SessionError.js"
-import type { JsonRecord, SessionEvent } from "./SessionEvent.js"
+import type { ChildOf, JsonRecord, SessionEvent } from "./SessionEvent.js"
 
 /**
  * Lifecycle events of the store: `SessionCreated` when an announcement begins, `SessionDisposed`
@@ -62,6 +62,12 @@ export interface PrepareOptions {
   readonly seed?: ReadonlyArray<SessionEvent> | undefined
   /** Seeds the new session with the first `upTo` events of `from` (default: up to its last closed turn). */
   readonly fork?: { readonly from: Session.Session; readonly upTo?: number | undefined } | undefined
+  /**
+   * SUB-01: the parent session and call this one is a child of, recorded in the header.
+   *
+   * @since 0.3.0
+   */
+  readonly child?: ChildOf | undefined
 }
 
 /**
@@ -175,6 +181,7 @@ export const make: Effect.Effect<SessionStore["Type"]> = Effect.gen(function*() 
       meta: options.meta,
       seed,
       parentSession: options.fork?.from.id,
+      child: options.child,
       createdAt
     })
     if (Either.isLeft(planned)) return Effect.fail(planned.left)

@@ -5,11 +5,18 @@
  * @since 0.1.0
  */
 import type { Either, Scope } from "effect"
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
 import type { Duration } from "effect"
-import type { Schema } from "effect"
-import type { Agent } from "./Agent.js"
-import type { AgentInactive, DuplicateTool, ModelError } from "./AgentError.js"
+import type { Agent, AgentOptions, Setup } from "./Agent.js"
+import type {
+  AgentInactive,
+  DuplicateTool,
+  MaxAgentDepthExceeded,
+  ModelError,
+  SubAgentFailed
+} from "./AgentError.js"
+import type { AgentRegistry } from "./AgentRegistry.js"
+import * as subAgent from "./internal/agent/subAgent.js"
 import * as hooks from "./internal/agent/hooks.js"
 import * as options_ from "./internal/options.js"
 import * as tools from "./internal/agent/tools.js"
@@ -183,6 +190,102 @@ export const make = <Fields extends Schema.Struct.Fields, E = never, R = never>(
     run: options.run,
     ...(checked.timeout !== undefined ? { timeout: checked.timeout } : {})
   }
+}
+
+/**
+ * The default parameters of a sub-agent tool ({@link agent}): one `prompt` string.
+ *
+ * @since 0.3.0
+ * @category schema
+ */
+export const AgentPrompt: Schema.Struct<{ prompt: typeof Schema.String }> = Schema.Struct({ prompt: Schema.String })
+
+/**
+ * What {@link agent} takes besides its parameters.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface AgentToolOptions<E, R> {
+  readonly name: string
+  readonly description: string
+  /** The child's options (its model route, system prompt, limits). */
+  readonly options?: AgentOptions | undefined
+  /** Runs when each child is built (its tools, hooks), as a create's `setup`. */
+  readonly setup?: Setup<E, R> | undefined
+  /** How long one call (the child's whole turn) may run; see {@link make}. */
+  readonly timeout?: Duration.DurationInput | undefined
+}
+
+/**
+ * A tool that delegates to a sub-agent (SUB-01). Each call spawns a child agent owned by the calling
+ * agent, in a session whose id is derived from the caller's id and the call id
+ * (`<caller id prefix>.sub-<hash>`, within ID-01's limits); logs `tool/child` before the child exists;
+ * sends it the prompt (the `prompt` argument, or `prompt(args)` with other `parameters`) and returns
+ * its final text as the result, after a first line `[sub-agent <child id>]`. The child is disposed
+ * when the call ends; its session stays stored.
+ *
+ * A child turn that does not complete gives an error result `SUBAGENT_FAILED` with its reason;
+ * interrupting the call (the caller's turn is canceled or the caller disposed) cancels the child's
+ * turn with cause `parent`; a call that would go deeper than the caller's `maxAgentDepth` (default
+ * 4) is an error result `MAX_AGENT_DEPTH` and makes no child. After a crash, the caller's resume takes
+ * the result of a child whose turn had ended from the child's log, without running it again
+ * (SUB-02). The tool needs the `AgentRegistry` (to find the caller's ancestors).
+ *
+ * @example
+ * ```ts
+ * import { Effect } from "effect"
+ * import { AgentRegistry, Tool } from "effect-agent"
+ *
+ * const researcher = Tool.agent({
+ *   name: "research",
+ *   description: "Delegates a research question to a sub-agent and returns its answer",
+ *   options: { provider: "openai", model: "gpt-4o-mini", system: "Answer briefly." }
+ * })
+ *
+ * const program = Effect.gen(function*() {
+ *   const registry = yield* AgentRegistry.AgentRegistry
+ *   return yield* registry.create({
+ *     sessionId: "lead",
+ *     options: { provider: "openai", model: "gpt-4o" },
+ *     setup: (agent) => agent.tools.register(researcher)
+ *   })
+ * })
+ * ```
+ *
+ * @since 0.3.0
+ * @category constructors
+ */
+export const agent: {
+  <E = never, R = never>(
+    options: AgentToolOptions<E, R> & { readonly parameters?: undefined; readonly prompt?: undefined }
+  ): Tool<{ prompt: typeof Schema.String }, SubAgentFailed | MaxAgentDepthExceeded, AgentRegistry | Exclude<R, Scope.Scope>>
+  <Fields extends Schema.Struct.Fields, E = never, R = never>(
+    options: AgentToolOptions<E, R> & {
+      readonly parameters: Schema.Struct<Fields>
+      /** The message the child gets for the call's arguments. */
+      readonly prompt: (args: Schema.Struct.Type<Fields>) => string
+    }
+  ): Tool<Fields, SubAgentFailed | MaxAgentDepthExceeded, AgentRegistry | Exclude<R, Scope.Scope>>
+} = <E, R>(
+  options: AgentToolOptions<E, R> & {
+    readonly parameters?: Schema.Struct<any> | undefined
+    readonly prompt?: ((args: any) => string) | undefined
+  }
+): Tool<any, SubAgentFailed | MaxAgentDepthExceeded, AgentRegistry | Exclude<R, Scope.Scope>> => {
+  const config: subAgent.SubAgentConfig<any, E, R> = {
+    name: options.name,
+    options: options.options,
+    setup: options.setup,
+    prompt: options.prompt ?? ((args: { readonly prompt: string }) => args.prompt)
+  }
+  return make({
+    name: options.name,
+    description: options.description,
+    parameters: options.parameters ?? AgentPrompt,
+    timeout: options.timeout,
+    run: (args, context) => subAgent.runCall(config, args, context)
+  })
 }
 
 /**

@@ -178,6 +178,7 @@ export const AgentOptionsSchema = Schema.Struct({
   maxParallelToolCalls: optionalField(PositiveInt, "a positive integer"),
   maxStepsPerTurn: optionalField(PositiveInt, "a positive integer"),
   maxRequestRetries: optionalField(NonNegativeInt, "an integer >= 0"),
+  maxAgentDepth: optionalField(NonNegativeInt, "an integer >= 0"),
   logTurnErrors: optionalField(Schema.Boolean, "a boolean"),
   contextWindow: optionalField(PositiveInt, "a positive integer number of tokens"),
   // no message override: the policy's own fields name their problems

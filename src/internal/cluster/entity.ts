@@ -196,7 +196,7 @@ const withAgent = <A, E>(runner: Runner, id: SessionId, f: (agent: Agent) => Eff
 const resumeIfPending = (runner: Runner, id: SessionId) =>
   Effect.gen(function*() {
     const stored = yield* runner.persistence.read(id)
-    const state = emptyState()
+    const state = emptyState(stored.header.child?.parent)
     for (const event of stored.events) foldEvent(state, event.seq, event.type, event.data, stored.header.seedLength)
     if (!needsRecovery(recoverySummaryOf(id, state))) return
     yield* waitingOutLease(runner)(runner.host.get(id))

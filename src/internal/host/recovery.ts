@@ -24,7 +24,7 @@ export const summariesByReading = (
       if (entry._tag === "UnreadableSession") return Effect.succeed(entry)
       return persistence.read(entry.id).pipe(
         Effect.map((stored) => {
-          const state = emptyState()
+          const state = emptyState(stored.header.child?.parent)
           for (const event of stored.events) foldEvent(state, event.seq, event.type, event.data, stored.header.seedLength)
           return summaryOf(entry.id, state)
         }),

@@ -28,10 +28,17 @@ export interface SummaryState {
   openTurn: number
   /** Pending message ids and whether each was sent waking. */
   readonly pending: Map<string, boolean>
+  /** The parent session of a sub-agent's child session (its header's `child`), else undefined. */
+  parent: string | undefined
 }
 
 /** @internal */
-export const emptyState = (): SummaryState => ({ nextSeq: 0, openTurn: 0, pending: new Map() })
+export const emptyState = (parent?: string | undefined): SummaryState => ({
+  nextSeq: 0,
+  openTurn: 0,
+  pending: new Map(),
+  parent
+})
 
 /** The event types the fold looks at. @internal */
 export const summaryTypes: ReadonlyArray<string> = ["turn/start", "turn/end", "agent/inbox/spliced"]
@@ -80,8 +87,21 @@ export const foldEvent = (
 export const summaryOf = (id: SessionId, state: SummaryState): RecoverySummary => {
   let pendingWaking = 0
   for (const wake of state.pending.values()) if (wake) pendingWaking++
-  return { _tag: "RecoverySummary", id, openTurn: state.openTurn > 0, pending: state.pending.size, pendingWaking }
+  const summary: RecoverySummary = {
+    _tag: "RecoverySummary",
+    id,
+    openTurn: state.openTurn > 0,
+    pending: state.pending.size,
+    pendingWaking
+  }
+  return state.parent === undefined ? summary : { ...summary, parent: state.parent as SessionId }
 }
 
-/** HOST-04: the session needs the host: an open turn to repair or waking input to run. @internal */
-export const needsRecovery = (summary: RecoverySummary): boolean => summary.openTurn || summary.pendingWaking > 0
+/**
+ * HOST-04: the session needs the host: an open turn to repair or waking input to run. A sub-agent's
+ * child session never does (SUB-02): its parent's resume reads it; it is never activated as a root.
+ *
+ * @internal
+ */
+export const needsRecovery = (summary: RecoverySummary): boolean =>
+  summary.parent === undefined && (summary.openTurn || summary.pendingWaking > 0)

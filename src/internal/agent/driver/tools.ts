@@ -10,7 +10,7 @@
  */
 import type { Tracer } from "effect"
 import { Cause, Duration, Effect, Either, Exit, Option } from "effect"
-import { ToolUnavailable } from "../../../AgentError.js"
+import { MaxAgentDepthExceeded, SubAgentFailed, ToolUnavailable } from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
 import type { ContentPart, MessageId } from "../../../Message.js"
 import type { CoreEventInput } from "../../../SessionEvent.js"
@@ -87,14 +87,21 @@ const returnedOutcome = (call: PendingCall, value: unknown): readonly [ToolOutco
 
 /**
  * The result of a call whose body failed with `error`: the model sees the failure (TOOL).
- * `ToolUnavailable` (an MCP server that is down, MCP-02) has its own code.
+ * `ToolUnavailable` (an MCP server that is down, MCP-02) has its own code, and so have a sub-agent's
+ * `SubAgentFailed` and `MaxAgentDepthExceeded` (SUB-01/02).
  */
 const failedOutcome = (call: PendingCall, error: unknown): ToolOutcome => {
   const name = typeof error === "object" && error !== null && "_tag" in error
     ? String((error as { readonly _tag: unknown })._tag)
     : "ToolFailed"
   const text = error instanceof Error ? error.message : typeof error === "string" ? error : name
-  const code = error instanceof ToolUnavailable ? "TOOL_UNAVAILABLE" : "TOOL_FAILED"
+  const code = error instanceof ToolUnavailable
+    ? "TOOL_UNAVAILABLE"
+    : error instanceof SubAgentFailed
+    ? "SUBAGENT_FAILED"
+    : error instanceof MaxAgentDepthExceeded
+    ? "MAX_AGENT_DEPTH"
+    : "TOOL_FAILED"
   return { message: textResult(call, `The tool failed: ${text}`, true), error: { name, code } }
 }
 

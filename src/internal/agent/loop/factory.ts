@@ -28,6 +28,7 @@ import * as codec from "../../log/eventCodec.js"
 import * as fiberModule from "../../fiber.js"
 import * as finalizer from "../../finalizer.js"
 import * as internalInbox from "../inbox.js"
+import * as subAgent from "../subAgent.js"
 import * as lock from "../../lock.js"
 import * as observability from "../../observability.js"
 import * as internalOptions from "../../options.js"
@@ -165,7 +166,8 @@ const prepareNew = <E, R>(
       sessionId: id,
       meta: options.meta,
       seed: options.seed,
-      fork: options.fork
+      fork: options.fork,
+      child: options.child
     }).pipe(
       Effect.catchTag("SessionAlreadyLive", () => Effect.fail(collision()))
     )
@@ -257,7 +259,9 @@ const openStored = <E, R>(
     const opened = yield* finalizer.extendScope(persistence.openWrite(id), build.sessionScope)
     build.writer = opened.writer
     const stored = opened.stored
-    const closers = Repair.closers(stored.events, { seedLength: stored.header.seedLength })
+    // SUB-02: a sub-agent call whose child finished gets the child's result, not TOOL_OUTCOME_UNKNOWN
+    const settled = yield* subAgent.settledChildren(persistence, stored.events)
+    const closers = Repair.closers(stored.events, { seedLength: stored.header.seedLength, settled })
     const events = closers.length === 0 ? stored.events : [...stored.events, ...closers]
     // the replay is then the agent's inbox: the log is folded once (B4, B8)
     const replayed = yield* internalInbox.replay(id, events, stored.header.seedLength)

@@ -28,6 +28,8 @@ interface Sidecar {
   readonly nextSeq: number
   readonly openTurn: number
   readonly pending: ReadonlyArray<readonly [string, boolean]>
+  /** The parent of a sub-agent's child session (its header's `child`). */
+  readonly parent?: string
 }
 
 const SIDECAR_DIRECTORY = ".summaries"
@@ -79,6 +81,8 @@ const foldRecords = (bytes: Uint8Array, state: SummaryState, withHeader: boolean
       }
       header = { createdAt: record["createdAt"], seedLength: record["seedLength"] }
       seed = header.seedLength
+      const child = record["child"] as { readonly parent?: unknown } | undefined
+      if (typeof child?.parent === "string") state.parent = child.parent
       continue
     }
     const seq = record["seq"]
@@ -171,7 +175,8 @@ const fromSidecar = (d: Files, file: string, size: number, sidecar: Sidecar) =>
     const state: SummaryState = {
       nextSeq: sidecar.nextSeq,
       openTurn: sidecar.openTurn,
-      pending: new Map(sidecar.pending)
+      pending: new Map(sidecar.pending),
+      parent: typeof sidecar.parent === "string" ? sidecar.parent : undefined
     }
     if (sidecar.offset === size) return { state, sidecar }
     const folded = foldRecords(yield* readBytes(d, file, sidecar.offset), state, false, sidecar.seedLength)
@@ -256,5 +261,6 @@ const toSidecar = (
   offset: at.offset,
   nextSeq: state.nextSeq,
   openTurn: state.openTurn,
-  pending: Array.from(state.pending)
+  pending: Array.from(state.pending),
+  ...(state.parent !== undefined ? { parent: state.parent } : {})
 })

@@ -47,11 +47,14 @@ const summariesOfPage = (sessions: ReadonlyArray<SessionRow>, events: ReadonlyAr
   return sessions.map((session): Entry => {
     const id = parseSessionId(session.session_id)
     if (Either.isLeft(id)) return { _tag: "UnreadableSession", id: session.session_id, problem: id.left.message }
-    const header = parse(session.header) as { readonly seedLength?: unknown } | undefined
+    const header = parse(session.header) as
+      | { readonly seedLength?: unknown; readonly child?: { readonly parent?: unknown } }
+      | undefined
     if (typeof header?.seedLength !== "number") {
       return { _tag: "UnreadableSession", id: session.session_id, problem: "the header is not a session header" }
     }
-    const state = emptyState()
+    const parent = header.child?.parent
+    const state = emptyState(typeof parent === "string" ? parent : undefined)
     for (const row of bySession.get(session.session_id) ?? []) {
       const record = parse(row.record) as { readonly data?: unknown } | undefined
       if (record === undefined) {
