@@ -12,6 +12,8 @@
  */
 import { JSONSchema, Schema } from "effect"
 import { deepFreeze } from "./internal/json.js"
+import { JsonRecord } from "./internal/log/jsonValue.js"
+import type { JsonValue } from "./internal/log/jsonValue.js"
 
 /**
  * Which tools the model may or must call: `"auto"` (the model decides), `"none"` (no tool),
@@ -86,7 +88,7 @@ export const settingNames: ReadonlyArray<keyof ModelSettings> = [
  */
 export const OutputFormat = Schema.Struct({
   name: Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)),
-  schema: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  schema: JsonRecord,
   strict: Schema.Boolean
 })
 
@@ -171,16 +173,18 @@ export const outputFormat = (
   if (!namePattern.test(name)) {
     throw new TypeError(`output name ${JSON.stringify(name)} must match ^[A-Za-z0-9_-]{1,64}$`)
   }
-  let json: Record<string, unknown>
+  let json: JsonRecord
   try {
     // the answer's own schema at the top (no top-level `$ref`: Anthropic's tool input must be an object schema)
     const definitions: Record<string, JSONSchema.JsonSchema7> = {}
     const root = JSONSchema.fromAST(schema.ast, { definitions, topLevelReferenceStrategy: "skip" })
     const withDefs = Object.keys(definitions).length > 0 ? { ...root, $defs: definitions } : root
-    json = JSON.parse(JSON.stringify(withDefs)) as Record<string, unknown>
+    // plain JSON (what the log stores), without `$schema`
+    const parsed = JSON.parse(JSON.stringify(withDefs)) as Record<string, JsonValue>
+    delete parsed["$schema"]
+    json = parsed
   } catch (error) {
     throw new TypeError(`output schema ${name} has no JSON Schema: ${error instanceof Error ? error.message : String(error)}`)
   }
-  delete json["$schema"]
   return deepFreeze({ name, schema: json, strict: options?.strict ?? meetsStrictRules(json) })
 }

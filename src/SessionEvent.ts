@@ -6,52 +6,27 @@
  */
 import { Schema } from "effect"
 import { AssistantMessage, MessageId, SessionId, ToolResultMessage, UserMessage } from "./Message.js"
+import { JsonRecord, JsonValue } from "./internal/log/jsonValue.js"
 import { ModelSettings, OutputFormat } from "./ModelSettings.js"
 
-/**
- * A JSON value as stored in a log (EVT-03).
- *
- * @since 0.1.0
- * @category json
- */
-export type JsonValue = null | boolean | number | string | ReadonlyArray<JsonValue> | JsonRecord
-
-/**
- * @since 0.1.0
- * @category json
- */
-export interface JsonRecord {
-  readonly [key: string]: JsonValue
+// the JSON vocabulary lives in `internal/log/jsonValue.ts`, where modules this one imports can use it too
+export {
+  /**
+   * A JSON record as stored in a log (EVT-03).
+   *
+   * @since 0.1.0
+   * @category json
+   */
+  JsonRecord,
+  /**
+   * Any lossless JSON value (EVT-03), as a type and as its Schema. Decoding checks the structure; the
+   * append path and stored-record decoding also refuse sparse arrays and class instances.
+   *
+   * @since 0.1.0
+   * @category json
+   */
+  JsonValue
 }
-
-const JsonNumber = Schema.Number.pipe(
-  Schema.finite(),
-  Schema.filter((n) => !Object.is(n, -0) || "-0 does not survive JSON")
-)
-
-/**
- * Any lossless JSON value (EVT-03). Decoding checks the structure; the append path and stored-record
- * decoding also refuse sparse arrays and class instances.
- *
- * @since 0.1.0
- * @category json
- */
-export const JsonValue: Schema.Schema<JsonValue> = Schema.suspend(() =>
-  Schema.Union(
-    Schema.Null,
-    Schema.Boolean,
-    JsonNumber,
-    Schema.String,
-    Schema.Array(JsonValue),
-    Schema.Record({ key: Schema.String, value: JsonValue })
-  )
-)
-
-/**
- * @since 0.1.0
- * @category json
- */
-export const JsonRecord: Schema.Schema<JsonRecord> = Schema.Record({ key: Schema.String, value: JsonValue })
 
 /**
  * The format name every header carries.
