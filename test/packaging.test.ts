@@ -1,7 +1,7 @@
 /**
  * PKG-02: the package as a user gets it. `npm pack` (whose `prepack` builds `dist`), then a scratch
  * consumer app with its own package.json installs the tarball offline from the npm cache,
- * type-checks the README's Getting started program with `skipLibCheck: false` and runs it, and `npm ls`
+ * type-checks the README's scripted quick start ("Trying it without a model") with `skipLibCheck: false` and runs it, and `npm ls`
  * shows one copy of `effect` (PKG-01: `effect` is a peer, never a second copy).
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -114,11 +114,11 @@ const installConsumer = (dir: string, tarball: Tarball) =>
     return app
   })
 
-/** The README's Getting started program as a user pastes it: type-checked with `skipLibCheck: false`, built, run. */
+/** The README's scripted quick start as a user pastes it: type-checked with `skipLibCheck: false`, built, run. */
 const runQuickStart = (app: string) =>
   Effect.gen(function*() {
     const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
-    fs.writeFileSync(path.join(app, "quickstart.ts"), codeBlockAfter(readme, "## Getting started"))
+    fs.writeFileSync(path.join(app, "quickstart.ts"), codeBlockAfter(readme, "### Trying it without a model"))
     const compilerOptions = {
       target: "ES2022",
       module: "NodeNext",
