@@ -10,7 +10,7 @@
  *
  * @since 0.3.0
  */
-import { JSONSchema, Schema } from "effect"
+import { JSONSchema, Option, Schema, SchemaAST } from "effect"
 import { deepFreeze } from "./internal/json.js"
 import { JsonRecord } from "./internal/log/jsonValue.js"
 import type { JsonValue } from "./internal/log/jsonValue.js"
@@ -79,6 +79,9 @@ export const settingNames: ReadonlyArray<keyof ModelSettings> = [
   "parallelToolCalls"
 ]
 
+/** What an output format's name may be: what providers take as a tool or format name. */
+const namePattern = /^[A-Za-z0-9_-]{1,64}$/
+
 /**
  * Typed output as a request carries it (OUT-01): a `name` (`^[A-Za-z0-9_-]{1,64}$`), the JSON
  * Schema of the answer, and whether the provider should enforce it strictly (OpenAI's `strict`).
@@ -87,7 +90,7 @@ export const settingNames: ReadonlyArray<keyof ModelSettings> = [
  * @category models
  */
 export const OutputFormat = Schema.Struct({
-  name: Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)),
+  name: Schema.String.pipe(Schema.pattern(namePattern)),
   schema: JsonRecord,
   strict: Schema.Boolean
 })
@@ -145,16 +148,11 @@ const meetsStrictRules = (node: unknown): boolean => {
   return Object.values(node).every(meetsStrictRules)
 }
 
-const namePattern = /^[A-Za-z0-9_-]{1,64}$/
 
-const annotatedName = (schema: Schema.Schema.Any): string | undefined => {
-  const annotations = schema.ast.annotations
-  for (const key of [Symbol.for("effect/annotation/Identifier"), Symbol.for("effect/annotation/Title")]) {
-    const value = annotations[key]
-    if (typeof value === "string" && namePattern.test(value)) return value
-  }
-  return undefined
-}
+const annotatedName = (schema: Schema.Schema.Any): string | undefined =>
+  [SchemaAST.getIdentifierAnnotation(schema.ast), SchemaAST.getTitleAnnotation(schema.ast)]
+    .flatMap(Option.toArray)
+    .find((name) => namePattern.test(name))
 
 /**
  * The {@link OutputFormat} of a Schema: its JSON Schema (the answer's own at the top, named
