@@ -12,7 +12,7 @@ import * as AgentError from "../../AgentError.js"
 import { AgentHost } from "../../AgentHost.js"
 import { AgentRegistry } from "../../AgentRegistry.js"
 import type { SessionId } from "../../Message.js"
-import * as Message from "../../Message.js"
+import type * as Message from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
 import type * as Gateway from "../../SessionGateway.js"
 import type { SessionEvent } from "../../SessionEvent.js"
@@ -237,9 +237,10 @@ const runOf = (g: GatewayState) =>
   Effect.gen(function*() {
     const key = yield* validId(id)
     const wait = waitOf(options?.wait)
-    const message = Message.user(typeof request.message === "string" ? request.message : "", {
-      ...(request.id === undefined ? {} : { id: request.id }),
-      ...(typeof request.message === "string" ? {} : { content: request.message })
+    // ARCH-04: a run's message is checked as a send's is, by the shared request module
+    const message = yield* requests.messageOf({
+      ...(typeof request.message === "string" ? { text: request.message } : { content: request.message }),
+      ...(request.id === undefined ? {} : { id: request.id })
     })
     return yield* withAgent(g, key, (agent) =>
       agent.run(message).pipe(
