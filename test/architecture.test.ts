@@ -48,6 +48,16 @@ const valueSpecifiers = (file: string, text: string): Array<string> => {
   })
 }
 
+/** Every specifier a source text imports or re-exports from, types included. */
+const allSpecifiers = (file: string, text: string): Array<string> => {
+  const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, false, ts.ScriptKind.TS)
+  return source.statements.flatMap((statement) => {
+    if (!ts.isImportDeclaration(statement) && !ts.isExportDeclaration(statement)) return []
+    const specifier = statement.moduleSpecifier
+    return specifier !== undefined && ts.isStringLiteral(specifier) ? [specifier.text] : []
+  })
+}
+
 /** The file a relative specifier names (`./x.js` is `./x.ts`), if it is one of `files`. */
 const resolve = (from: string, specifier: string, files: ReadonlySet<string>): string | undefined => {
   if (!specifier.startsWith(".")) return undefined
@@ -128,5 +138,21 @@ describe("architecture", () => {
       const texts = new Map(files.map((file) => [path.relative(root, file), fs.readFileSync(file, "utf8")]))
       const cycles = cyclesOf(graphOf(root, texts))
       assert.deepStrictEqual(cycles.map((cycle) => cycle.join(" -> ")), [])
+    }))
+
+  it.effect("ARCH-02 storage does not build the runtime: no module under src/internal/storage imports AgentRuntime", () =>
+    Effect.sync(() => {
+      const files = sourceFiles(path.join(root, "src", "internal", "storage"))
+      // the file and SQL stores themselves live here (their facades assemble the runtime)
+      assert.includeMembers(files.map((file) => path.relative(root, file)), [
+        path.join("src", "internal", "storage", "file", "persistence.ts"),
+        path.join("src", "internal", "storage", "sql", "persistence.ts")
+      ])
+      const offenders = files.flatMap((file) =>
+        allSpecifiers(file, fs.readFileSync(file, "utf8"))
+          .filter((specifier) => /(^|\/)AgentRuntime\.js$/.test(specifier))
+          .map((specifier) => `${path.relative(root, file)} imports ${specifier}`)
+      )
+      assert.deepStrictEqual(offenders, [])
     }))
 })
