@@ -13,7 +13,7 @@ import type { AgentEvent, AgentStatus } from "./AgentEvent.js"
 import type * as Compaction from "./Compaction.js"
 import type { Inbox } from "./Inbox.js"
 import type { SessionId, UserMessage } from "./Message.js"
-import type { ModelSettings } from "./ModelSettings.js"
+import type { ModelSettings, OutputFormat } from "./ModelSettings.js"
 import type { Session } from "./Session.js"
 import type { SessionAppendError } from "./SessionError.js"
 import type { CancelCause, ChildOf, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
@@ -189,11 +189,14 @@ export interface SendOptions {
   /**
    * OUT-01: the typed output of the turn this message enters, over the agent's `output`. Its JSON
    * Schema is stored with the message; the Schema itself decodes the answer while this process
-   * lives (after a restart only the JSON is checked).
+   * lives (after a restart only the JSON is checked). An `OutputFormat` (a name and a JSON Schema,
+   * as `POST /sessions/:id/runs` takes it) asks for the same output without a Schema: the answer is
+   * checked to be JSON and is returned as such (the provider enforces the schema: OpenAI's
+   * `strict`, Anthropic's forced tool).
    *
    * @since 0.3.0
    */
-  readonly output?: Schema.Schema<any, any, never> | undefined
+  readonly output?: Schema.Schema<any, any, never> | OutputFormat | undefined
 }
 
 /**

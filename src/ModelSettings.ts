@@ -10,8 +10,8 @@
  *
  * @since 0.3.0
  */
-import { JSONSchema, Option, Schema, SchemaAST } from "effect"
-import { deepFreeze } from "./internal/json.js"
+import { Either, JSONSchema, Option, Schema, SchemaAST } from "effect"
+import { deepFreeze, snapshot } from "./internal/json.js"
 import { JsonRecord } from "./internal/log/jsonValue.js"
 import type { JsonValue } from "./internal/log/jsonValue.js"
 
@@ -148,6 +148,14 @@ const meetsStrictRules = (node: unknown): boolean => {
   return Object.values(node).every(meetsStrictRules)
 }
 
+/**
+ * Whether a JSON Schema meets OpenAI's strict rules (`strict: true` in `response_format`): every
+ * object lists all its properties as `required` and sets `additionalProperties: false`.
+ *
+ * @since 0.3.0
+ * @category predicates
+ */
+export const isStrictSchema = (jsonSchema: JsonRecord): boolean => meetsStrictRules(jsonSchema)
 
 const annotatedName = (schema: Schema.Schema.Any): string | undefined =>
   [SchemaAST.getIdentifierAnnotation(schema.ast), SchemaAST.getTitleAnnotation(schema.ast)]
@@ -186,3 +194,47 @@ export const outputFormat = (
   }
   return deepFreeze({ name, schema: json, strict: options?.strict ?? meetsStrictRules(json) })
 }
+
+/**
+ * The {@link OutputFormat} of a JSON Schema given as data (what `POST /sessions/:id/runs` takes as
+ * `output`, the `json_schema` object of OpenAI's `response_format`): `name` defaults to `"output"`,
+ * `strict` to whether the schema meets the strict rules ({@link isStrictSchema}). Fails with the
+ * reason when the name is not `^[A-Za-z0-9_-]{1,64}$`, the schema is not a JSON object, or `strict`
+ * is asked of a schema that does not meet the strict rules (the provider would refuse it).
+ *
+ * @since 0.3.0
+ * @category constructors
+ */
+export const outputFormatFromJsonSchema = (
+  jsonSchema: unknown,
+  options?: OutputFormatOptions | undefined
+): Either.Either<OutputFormat, string> => {
+  const name = options?.name ?? "output"
+  if (typeof name !== "string" || !namePattern.test(name)) {
+    return Either.left(`output name ${JSON.stringify(name)} must match ^[A-Za-z0-9_-]{1,64}$`)
+  }
+  const copy = snapshot(jsonSchema)
+  if (copy._tag === "Left" || !isRecord(copy.value)) {
+    const why = copy._tag === "Left" ? `: ${copy.problem.reason} at ${copy.problem.path}` : ""
+    return Either.left(`output schema must be a JSON Schema object${why}`)
+  }
+  const schema = copy.value as JsonRecord
+  const strict = options?.strict
+  if (strict !== undefined && typeof strict !== "boolean") return Either.left("output strict must be true or false")
+  if (strict === true && !meetsStrictRules(schema)) {
+    return Either.left(
+      "output strict is true but the schema does not meet the strict rules: every object must list all its " +
+        "properties as required and set additionalProperties: false (or send strict: false)"
+    )
+  }
+  return Either.right({ name, schema, strict: strict ?? meetsStrictRules(schema) })
+}
+
+/**
+ * Whether `output` is an {@link OutputFormat} (plain data) rather than a `Schema`.
+ *
+ * @since 0.3.0
+ * @category predicates
+ */
+export const isOutputFormat = (output: unknown): output is OutputFormat =>
+  isRecord(output) && !Schema.isSchema(output) && "schema" in output

@@ -17,6 +17,7 @@ import { InvalidRequest, MessageIdConflict, RunsUnsupported, TurnRunning } from 
 import * as internal from "./internal/gateway/host.js"
 import * as json from "./internal/json.js"
 import { ContentPart, InvalidSessionId, MessageId, SessionId } from "./Message.js"
+import { ModelSettings } from "./ModelSettings.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent as SessionEventType } from "./SessionEvent.js"
 import type { JsonRecord } from "./SessionEvent.js"
@@ -164,7 +165,10 @@ export const GatewayError = Schema.Union(
   AgentHost.HostAtCapacity,
   AgentHost.HostClosed,
   AgentHost.HostSetupFailed,
-  AgentHost.SessionRemoved
+  AgentHost.SessionRemoved,
+  AgentError.MessageDiscarded,
+  AgentError.TurnNotFound,
+  TurnRunning
 )
 
 /**
@@ -241,16 +245,46 @@ export const SendRequest = Schema.Struct({
  */
 export type SendRequest = typeof SendRequest.Type
 
+/** A field the request does not know is refused, never ignored (APP-04: no setting is silently dropped). */
+const strictFields = { parseOptions: { onExcessProperty: "error" } } as const
+
+/**
+ * The typed output a run asks for (OUT-01, APP-05), as a user of OpenAI's `response_format`
+ * writes its `json_schema` object: `schema` the JSON Schema of the answer, `name` (default
+ * `"output"`, `^[A-Za-z0-9_-]{1,64}$`) and `strict` (default: whether the schema meets OpenAI's
+ * strict rules; `true` for one that does not is refused).
+ *
+ * @since 0.3.0
+ * @category requests
+ */
+export const OutputRequest = Schema.Struct({
+  name: Schema.optionalWith(Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,64}$/)), { exact: true }),
+  schema: Meta,
+  strict: Schema.optionalWith(Schema.Boolean, { exact: true })
+}).annotations({ identifier: "OutputRequest", ...strictFields })
+
+/**
+ * @since 0.3.0
+ * @category requests
+ */
+export type OutputRequest = typeof OutputRequest.Type
+
 /**
  * A run (APP-05): `message` is the text (or the content parts) of a follow-up; `id` makes a retry
- * attach to the same message's turn instead of sending it again.
+ * attach to the same message's turn instead of sending it again. `settings` (APP-04) and `output`
+ * (OUT-01) apply to that turn only; they are stored with the message, so they still apply after a
+ * restart. A setting the request does not know is refused (400), never dropped.
  *
  * @since 0.3.0
  * @category requests
  */
 export const RunRequest = Schema.Struct({
   message: Schema.Union(Schema.String, Schema.Array(ContentPart)),
-  id: Schema.optionalWith(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256)), { exact: true })
+  id: Schema.optionalWith(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(256)), { exact: true }),
+  /** @since 0.3.0 */
+  settings: Schema.optionalWith(ModelSettings.annotations(strictFields), { exact: true }),
+  /** @since 0.3.0 */
+  output: Schema.optionalWith(OutputRequest, { exact: true })
 }).annotations({ identifier: "RunRequest" })
 
 /**

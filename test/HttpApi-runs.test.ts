@@ -17,6 +17,14 @@ const post = (served: Served, path: string, body: unknown) =>
 
 const decodeResult = Schema.decodeUnknownSync(TurnResult.TurnResult)
 
+/** The JSON Schema of a spam verdict, as an HTTP client writes it. */
+const verdictSchema = {
+  type: "object",
+  properties: { spam: { type: "boolean" }, reason: { type: "string" } },
+  required: ["spam", "reason"],
+  additionalProperties: false
+}
+
 /** Waits until the server's wait is registered on the TestClock, then lets it pass. */
 const passWait = (seconds: number) =>
   Effect.zipRight(
@@ -25,7 +33,7 @@ const passWait = (seconds: number) =>
   )
 
 describe("APP-05 runs over HTTP", () => {
-  it.scoped("APP-05 POST /sessions/:id/runs answers 200 with the TurnResult; a failed turn is 200 with its reason", () =>
+  it.scoped("APP-05 POST /sessions/:id/runs answers 200 with the TurnResult (the same id and content again attaches to it); a failed turn is 200 with its reason", () =>
     Effect.gen(function*() {
       const store = yield* fileStore
       const served = yield* serve(store, [Model.text("hello over http"), Model.fail("AUTH")])
@@ -39,6 +47,12 @@ describe("APP-05 runs over HTTP", () => {
       const read = yield* request(`${served.url}/sessions/web/turns/${result.turn}`)
       assert.strictEqual(read.status, 200)
       assert.deepStrictEqual(decodeResult(read.body), result)
+      // the ruling on /runs: the same id and content again attaches to that message's (ended) turn, appending nothing
+      const before = (yield* served.gateway.summary("web")).eventCount
+      const again = yield* post(served, "/sessions/web/runs", { message: "hi", id: "h1" })
+      assert.strictEqual(again.status, 200, JSON.stringify(again.body))
+      assert.deepStrictEqual(decodeResult(again.body), result)
+      assert.strictEqual((yield* served.gateway.summary("web")).eventCount, before)
       const failed = yield* post(served, "/sessions/web/runs", { message: [{ type: "text", text: "again" }] })
       assert.strictEqual(failed.status, 200)
       const failure = decodeResult(failed.body)
@@ -92,5 +106,68 @@ describe("APP-05 runs over HTTP", () => {
       const paths = (openapi.body as { readonly paths: Record<string, Record<string, unknown>> }).paths
       assert.containsAllKeys(paths["/sessions/{id}/runs"]!, ["post"])
       assert.containsAllKeys(paths["/sessions/{id}/turns/{turn}"]!, ["get"])
+    }))
+
+  it.scoped("APP-05 APP-04 OUT-01 a run's settings and output (a JSON Schema, as OpenAI's json_schema) go in its turn's request, are stored with its message, and the decoded JSON is the result's output", () =>
+    Effect.gen(function*() {
+      const store = yield* fileStore
+      const served = yield* serve(store, [Model.text("{\"spam\": true, \"reason\": \"an offer\"}"), Model.text("plain")])
+      yield* request(`${served.url}/sessions/typed`, { method: "PUT", body: { options: route } })
+      const ran = yield* post(served, "/sessions/typed/runs", {
+        message: "is it spam?",
+        id: "t1",
+        settings: { temperature: 0.3, stop: ["END"], maxOutputTokens: 40 },
+        output: { name: "verdict", schema: verdictSchema }
+      })
+      assert.strictEqual(ran.status, 200, JSON.stringify(ran.body))
+      const result = decodeResult(ran.body)
+      assert.deepStrictEqual(result.output, { spam: true, reason: "an offer" })
+      // strict by default for a schema that meets the strict rules, as outputFormat decides it
+      const verdict = { name: "verdict", schema: verdictSchema, strict: true }
+      // the next turn (no settings, no output) is back to the agent's own
+      const plain = yield* post(served, "/sessions/typed/runs", { message: "and now?" })
+      assert.strictEqual(plain.status, 200, JSON.stringify(plain.body))
+      assert.isUndefined(decodeResult(plain.body).output)
+      const requests = yield* served.model.requests
+      assert.deepStrictEqual(requests.map((r) => [r.settings, r.maxTokens, r.output]), [
+        [{ temperature: 0.3, stop: ["END"] }, 40, verdict],
+        [undefined, undefined, undefined]
+      ])
+      // durable: stored with the message (what a resume after a crash reads), and in the turn's request/config
+      const events = yield* served.host.use("typed", (agent) => agent.session.events)
+      const inserted = events.filter((e) => e.type === "agent/inbox/spliced")
+        .flatMap((e) => (e.data as { readonly inserted: ReadonlyArray<{ readonly id: string; readonly turnOptions?: unknown }> }).inserted)
+      assert.deepStrictEqual(inserted.find((m) => m.id === "t1")?.turnOptions, {
+        settings: { temperature: 0.3, stop: ["END"], maxOutputTokens: 40 },
+        output: verdict
+      })
+      const configs = events.filter((e) => e.type === "request/config").map((e) => e.data as { readonly turnOnly?: boolean })
+      assert.deepStrictEqual(configs.map((c) => c.turnOnly), [true, undefined])
+    }))
+
+  it.scoped("APP-05 APP-04 OUT-01 bad settings or output on /runs are a 400 problem naming what is wrong; nothing is sent", () =>
+    Effect.gen(function*() {
+      const store = yield* fileStore
+      const served = yield* serve(store, [])
+      yield* request(`${served.url}/sessions/bad`, { method: "PUT", body: { options: route } })
+      const before = (yield* served.gateway.summary("bad")).eventCount
+      const cases: ReadonlyArray<readonly [unknown, string, RegExp]> = [
+        [{ settings: { temperature: 5 } }, "InvalidRequest", /temperature/],
+        [{ settings: { temprature: 0.5 } }, "InvalidRequest", /temprature/],
+        [{ settings: { toolChoice: "sometimes" } }, "InvalidRequest", /toolChoice/],
+        [{ output: { name: "no spaces", schema: verdictSchema } }, "InvalidRequest", /name/],
+        [{ output: { schema: [1, 2] } }, "InvalidRequest", /schema/],
+        [{ output: { schema: verdictSchema, format: "json" } }, "InvalidRequest", /format/],
+        [{ output: { schema: { type: "object", properties: { a: { type: "string" } } }, strict: true } }, "InvalidAgentOptions", /strict rules/]
+      ]
+      for (const [extra, title, detail] of cases) {
+        const refused = yield* post(served, "/sessions/bad/runs", { message: "x", ...(extra as object) })
+        const problem = refused.body as { readonly title: string; readonly detail: string }
+        assert.strictEqual(refused.status, 400, JSON.stringify(extra))
+        assert.strictEqual(problem.title, title, JSON.stringify(refused.body))
+        assert.match(problem.detail, detail, JSON.stringify(refused.body))
+      }
+      assert.strictEqual((yield* served.gateway.summary("bad")).eventCount, before)
+      assert.deepStrictEqual(yield* served.model.requests, [])
     }))
 })

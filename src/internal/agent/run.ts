@@ -8,7 +8,7 @@
  * @internal
  */
 import type { Schema, Scope } from "effect"
-import { Cause, Deferred, Effect, Exit, FiberId, Option } from "effect"
+import { Cause, Deferred, Effect, Exit, FiberId, Option, Schema as SchemaModule } from "effect"
 import * as AgentError from "../../AgentError.js"
 import type { AgentEvent } from "../../AgentEvent.js"
 import type { SendOptions } from "../../Agent.js"
@@ -52,6 +52,17 @@ const decodingOf = (deps: RunDeps, own?: Schema.Schema<any, any, never> | undefi
 
 const sameFormat = (a: OutputFormat, b: OutputFormat): boolean =>
   a === b || (a.name === b.name && JSON.stringify(a.schema) === JSON.stringify(b.schema))
+
+/**
+ * OUT-01: the Schema a run or stream was given for its output, if any (an `OutputFormat` given as
+ * data has none: its answer is JSON as it is).
+ *
+ * @internal
+ */
+export const ownSchema = (
+  turnOptions: Pick<SendOptions, "output"> | undefined
+): Schema.Schema<any, any, never> | undefined =>
+  turnOptions?.output !== undefined && SchemaModule.isSchema(turnOptions.output) ? turnOptions.output : undefined
 
 /** How a waited-for turn ended: its number and the seq of its `turn/end`. */
 interface Ended {
@@ -269,7 +280,7 @@ export const run = (
       : deps.driver.send(message, "next-turn", true)
     const wait = Deferred.await(waiter.done)
     const ended = yield* cancelOnInterrupt ? Effect.onInterrupt(wait, () => withdraw(waiter)) : wait
-    return yield* settle(deps, ended, turnOptions?.output)
+    return yield* settle(deps, ended, ownSchema(turnOptions))
   }))
 
 /**

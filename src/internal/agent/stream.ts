@@ -97,7 +97,7 @@ export const stream = (
   Stream.unwrapScoped(Effect.gen(function*() {
     const queue = yield* Effect.acquireRelease(Queue.unbounded<Out>(), Queue.shutdown)
     const waiter = yield* run.listen(deps, message.id)
-    const mapper = new PartMapper(deps, queue, turnOptions?.output)
+    const mapper = new PartMapper(deps, queue, run.ownSchema(turnOptions))
     waiter.forward = (event) => mapper.event(event)
     waiter.onFinish = (exit) => {
       if (Exit.isFailure(exit)) Queue.unsafeOffer(queue, Take.failCause(exit.cause))

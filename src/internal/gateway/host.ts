@@ -235,15 +235,12 @@ const runOf = (g: GatewayState) =>
   options?: { readonly wait?: Duration.DurationInput | undefined } | undefined
 ): Effect.Effect<Gateway.RunOutcome, Gateway.RunError> =>
   Effect.gen(function*() {
-    const key = yield* validId(id)
+    // ARCH-04: a run is decoded by the shared request module, its message as a send's is
+    const { key, message, output, settings } = yield* requests.runOf(id, request)
     const wait = waitOf(options?.wait)
-    // ARCH-04: a run's message is checked as a send's is, by the shared request module
-    const message = yield* requests.messageOf({
-      ...(typeof request.message === "string" ? { text: request.message } : { content: request.message }),
-      ...(request.id === undefined ? {} : { id: request.id })
-    })
     return yield* withAgent(g, key, (agent) =>
-      agent.run(message).pipe(
+      // APP-04, OUT-01: the run's own settings and output are stored with its message (durable)
+      agent.run(message, { ...(settings === undefined ? {} : { settings }), ...(output === undefined ? {} : { output }) }).pipe(
         Effect.catchTag("TurnFailed", (failed) => Effect.succeed(failed.partial)),
         Effect.timeoutOption(wait),
         Effect.flatMap(Option.match({

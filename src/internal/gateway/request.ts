@@ -12,15 +12,16 @@
  * @internal
  */
 import { Either, ParseResult, Schema } from "effect"
-import type { InvalidAgentOptions } from "../../AgentError.js"
+import { InvalidAgentOptions } from "../../AgentError.js"
 import * as Message from "../../Message.js"
 import type { SessionId } from "../../Message.js"
+import * as ModelSettings from "../../ModelSettings.js"
 import type * as SessionError from "../../SessionError.js"
 import type * as Gateway from "../../SessionGateway.js"
 import { InvalidRequest } from "./errors.js"
 import { readableIssues } from "../http/problem.js"
 import { headerMeta } from "../log/session.js"
-import { decodeAgentOptions } from "../options.js"
+import { decodeAgentOptions, decodeSettings } from "../options.js"
 
 /** The default page of `list` (SEC-06: 1..1000, 100 when not given). @internal */
 export const DEFAULT_PAGE = 100
@@ -80,6 +81,43 @@ export const sendOf = (
 ): Either.Either<Send, Message.InvalidSessionId | InvalidRequest> =>
   Either.flatMap(sessionKey(id), (key) =>
     Either.map(messageOf(request), (message) => ({ key, message, mode: request.mode ?? "followup" })))
+
+/** A run, decoded: the session, its message and the turn's own settings and output (APP-05). @internal */
+export interface Run {
+  readonly key: SessionId
+  readonly message: Message.UserMessage
+  readonly settings: ModelSettings.ModelSettings | undefined
+  readonly output: ModelSettings.OutputFormat | undefined
+}
+
+/**
+ * `run`'s input decoded (APP-05): the id first, then the message (checked as a send's is), then
+ * the settings (APP-04: every bad or unknown field named, `InvalidAgentOptions`) and the output
+ * format (OUT-01: its name, a JSON Schema object, `strict` only for a schema that meets the strict
+ * rules). Whether the agent's provider takes the settings is asked where the agent is (the send).
+ *
+ * @internal
+ */
+export const runOf = (
+  id: string,
+  request: Gateway.RunRequest
+): Either.Either<Run, Message.InvalidSessionId | InvalidRequest | InvalidAgentOptions> =>
+  Either.gen(function*() {
+    const key = yield* sessionKey(id)
+    const message = yield* messageOf({
+      ...(typeof request.message === "string" ? { text: request.message } : { content: request.message }),
+      ...(request.id === undefined ? {} : { id: request.id })
+    })
+    const settings = request.settings === undefined ? undefined : yield* decodeSettings(request.settings)
+    const output = request.output === undefined ? undefined : yield* Either.mapLeft(
+      ModelSettings.outputFormatFromJsonSchema(request.output.schema, {
+        name: request.output.name,
+        strict: request.output.strict
+      }),
+      (reason) => new InvalidAgentOptions({ reason })
+    )
+    return { key, message, settings, output }
+  })
 
 /** A cancel, decoded: the session and whether the inbox stays (`false` by default). @internal */
 export interface Cancel {

@@ -111,10 +111,14 @@ export const withTurnOptions = (
     const deps = state.deps
     const settings = options.settings === undefined ? undefined : yield* options_.decodeSettings(options.settings)
     let output: ModelSettings.OutputFormat | undefined
-    if (options.output !== undefined) {
-      const problem = Schema.isSchema(options.output) ? options_.outputProblem(options.output, "output") : "output must be a Schema"
+    const ownSchema = Schema.isSchema(options.output) ? options.output : undefined
+    if (ownSchema !== undefined) {
+      const problem = options_.outputProblem(ownSchema, "output")
       if (problem !== undefined) return yield* new InvalidAgentOptions({ reason: problem })
-      output = ModelSettings.outputFormat(options.output)
+      output = ModelSettings.outputFormat(ownSchema)
+    } else if (options.output !== undefined) {
+      // OUT-01 as data (APP-05's `output`): a JSON Schema with its name, checked here for any caller
+      output = yield* outputFormatOf(options.output)
     }
     const base = agentSettings(deps.options, deps.storedRoute)
     yield* settingsAccepted(
@@ -124,13 +128,24 @@ export const withTurnOptions = (
       overSettings(base.settings, settings),
       settings?.maxOutputTokens ?? base.maxTokens
     )
-    if (options.output !== undefined) (state.outputSchemas ??= new Map()).set(message.id, options.output)
+    if (ownSchema !== undefined) (state.outputSchemas ??= new Map()).set(message.id, ownSchema)
     const turnOptions: ModelSettings.TurnOptions = {
       ...(settings !== undefined ? { settings } : {}),
       ...(output !== undefined ? { output } : {})
     }
     return { ...message, turnOptions }
   })
+}
+
+/** An output format given as data, checked as `ModelSettings.outputFormatFromJsonSchema` checks it. */
+const outputFormatOf = (output: unknown): Effect.Effect<ModelSettings.OutputFormat, InvalidAgentOptions> => {
+  if (!ModelSettings.isOutputFormat(output)) {
+    return Effect.fail(new InvalidAgentOptions({ reason: "output must be a Schema or an OutputFormat {name, schema, strict}" }))
+  }
+  const format = ModelSettings.outputFormatFromJsonSchema(output.schema, { name: output.name, strict: output.strict })
+  return Either.isRight(format)
+    ? Effect.succeed(format.right)
+    : Effect.fail(new InvalidAgentOptions({ reason: format.left }))
 }
 
 /** What a turn asks of the model beyond its route: its own settings and output, and how its answer is checked. @internal */
