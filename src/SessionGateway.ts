@@ -445,12 +445,13 @@ export type ListRequest = typeof ListRequest.Type
 
 /**
  * Where a session's agent stands: `running` (a turn or maintenance is in progress), `idle` (live,
- * nothing running) or `passive` (stored, no agent live: the next write activates it).
+ * nothing running), `awaiting-input` (@since 0.3.0: live, its turn suspended waiting for a person)
+ * or `passive` (stored, no agent live: the next write activates it).
  *
  * @since 0.2.0
  * @category results
  */
-export const SessionStatus = Schema.Literal("running", "idle", "passive")
+export const SessionStatus = Schema.Literal("running", "idle", "passive", "awaiting-input")
 
 /**
  * @since 0.2.0
@@ -668,7 +669,10 @@ export const LiveEvent = Schema.Union(
     /** The delay before the retry, in milliseconds on the wire. */
     delay: Schema.DurationFromMillis
   }),
-  Schema.TaggedStruct("AgentStatusChanged", { ...liveFields, status: Schema.Literal("idle", "running") }),
+  Schema.TaggedStruct("AgentStatusChanged", {
+    ...liveFields,
+    status: Schema.Literal("idle", "running", "awaiting-input")
+  }),
   Schema.TaggedStruct("AgentError", {
     ...liveFields,
     turn: Schema.optionalWith(Turn, { exact: true }),
