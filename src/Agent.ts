@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import type { Context, Option, Schema, Scope, Stream } from "effect"
+import type { Context, Duration, Option, Schema, Scope, Stream } from "effect"
 import { Effect, Layer } from "effect"
 import { AgentRegistry } from "./AgentRegistry.js"
 import type * as AgentError from "./AgentError.js"
@@ -95,6 +95,15 @@ export interface AgentOptions {
    * @since 0.3.0
    */
   readonly outputRetries?: number | undefined
+  /**
+   * how long an approval request may wait (a positive duration) before it is rejected
+   * automatically with reason `"timeout"`, for tools that have no `approvalTimeout` of their own.
+   * The deadline is stored in the request (the Clock's time), so it holds across a restart. No limit
+   * when unset.
+   *
+   * @since 0.3.0
+   */
+  readonly approvalTimeout?: Duration.DurationInput | undefined
 }
 
 /**

@@ -6,6 +6,7 @@
  */
 import { Schema } from "effect"
 import type { InvalidSessionId } from "./Message.js"
+import { Item as PendingItem } from "./Pending.js"
 import type * as SessionError from "./SessionError.js"
 import { TurnEndReason } from "./SessionEvent.js"
 import { TurnResult } from "./TurnResult.js"
@@ -494,6 +495,101 @@ export class TurnNotFound extends Schema.TaggedError<TurnNotFound>("effect-agent
       "use the turn number a TurnResult or the 202 of POST /runs gave"
   }
 }
+
+/**
+ * `approve` or `reject` named a call (or `approvalId`) that has no approval request in the session's
+ * open step: nothing was written.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class ApprovalNotFound extends Schema.TaggedError<ApprovalNotFound>("effect-agent/ApprovalNotFound")(
+  "ApprovalNotFound",
+  { sessionId: Schema.String, callId: Schema.String }
+) {
+  override get message(): string {
+    return `session ${JSON.stringify(this.sessionId)} has no approval request ${JSON.stringify(this.callId)} in ` +
+      "its open step; list what waits with `agent.pending` and decide by its callId or approvalId"
+  }
+}
+
+/**
+ * `approve` or `reject` of a request that was decided otherwise before: nothing was written.
+ * The same decision again is no error (it returns `{duplicate: true}`).
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class ApprovalAlreadyDecided extends Schema.TaggedError<ApprovalAlreadyDecided>(
+  "effect-agent/ApprovalAlreadyDecided"
+)(
+  "ApprovalAlreadyDecided",
+  { sessionId: Schema.String, callId: Schema.String, decision: Schema.Literal("approved", "rejected", "canceled") }
+) {
+  override get message(): string {
+    return `the approval request ${JSON.stringify(this.callId)} of session ${JSON.stringify(this.sessionId)} ` +
+      `was already ${this.decision}; a decision is final, so nothing was written`
+  }
+}
+
+/**
+ * `approve(callId, {arguments})` with argument text the tool's parameters do not decode:
+ * nothing was written and the request still waits.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class InvalidApprovalArguments extends Schema.TaggedError<InvalidApprovalArguments>(
+  "effect-agent/InvalidApprovalArguments"
+)(
+  "InvalidApprovalArguments",
+  { callId: Schema.String, reason: Schema.String }
+) {
+  override get message(): string {
+    return `the edited arguments of call ${JSON.stringify(this.callId)} do not match the tool's parameters ` +
+      `(${this.reason}); nothing was written: approve again with valid JSON arguments, or without them`
+  }
+}
+
+/**
+ * The turn that `run` (or `stream`) waited for is suspended: it waits for a person to
+ * decide `pending` (`agent.approve`, `agent.reject`, `agent.respond`). The turn stays open and
+ * durable; `awaitTurn(turn)` waits for its end, or run with `{waitForInput: true}` to wait.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class TurnSuspended extends Schema.TaggedError<TurnSuspended>("effect-agent/TurnSuspended")(
+  "TurnSuspended",
+  { sessionId: Schema.String, turn: Schema.Number, pending: Schema.Array(PendingItem) }
+) {
+  override get message(): string {
+    return `turn ${this.turn} of session ${JSON.stringify(this.sessionId)} waits for ${this.pending.length} ` +
+      "decision(s) or answer(s) (see `pending`); settle them with approve/reject/respond, then awaitTurn(turn) — " +
+      "or run with { waitForInput: true } to wait"
+  }
+}
+
+/**
+ * What `agent.approve` can fail with.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type ApproveError =
+  | ApprovalNotFound
+  | ApprovalAlreadyDecided
+  | InvalidApprovalArguments
+  | AgentInactive
+  | SessionError.SessionAppendError
+
+/**
+ * What `agent.reject` can fail with.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type RejectError = ApprovalNotFound | ApprovalAlreadyDecided | AgentInactive | SessionError.SessionAppendError
 
 /**
  * What `agent.run` can fail with (APP-01): the errors of a send, the turn's own failure, or the

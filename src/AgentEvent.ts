@@ -15,12 +15,13 @@ import type { MessageId, SessionId, UserMessage } from "./Message.js"
 import type { FinishReason, InboxTarget, TurnEndReason, Usage } from "./SessionEvent.js"
 
 /**
- * `"idle"` or `"running"` (maintenance counts as idle).
+ * `"idle"` or `"running"` (maintenance counts as idle); `"awaiting-input"` (@since 0.3.0) when its
+ * turn is suspended, waiting for a person's decision or answer, and nothing runs.
  *
  * @since 0.1.0
  * @category models
  */
-export type AgentStatus = "idle" | "running"
+export type AgentStatus = "idle" | "running" | "awaiting-input"
 
 interface Base {
   /** The agent the event is about. */

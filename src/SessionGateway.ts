@@ -425,7 +425,7 @@ export type ListRequest = typeof ListRequest.Type
  * @since 0.2.0
  * @category results
  */
-export const SessionStatus = Schema.Literal("running", "idle", "awaiting-input", "passive")
+export const SessionStatus = Schema.Literal("running", "idle", "passive", "awaiting-input")
 
 /**
  * @since 0.2.0

@@ -76,7 +76,31 @@ export interface Tool<Fields extends Schema.Struct.Fields, E = never, R = never>
    * @since 0.3.0
    */
   readonly jsonSchema?: JsonRecord | undefined
+  /**
+   * whether a call needs a person's approval before it runs: `"always"`, or a predicate over
+   * the decoded arguments (`true`: ask). Such a call logs `tool/approval-requested` and waits for
+   * `agent.approve` / `agent.reject`; its `tool/call` is logged when it is dispatched.
+   *
+   * @since 0.3.0
+   */
+  readonly approval?: Approval<Schema.Struct.Type<Fields>, R> | undefined
+  /**
+   * how long an approval request of this tool may wait before it is rejected automatically
+   * (reason `"timeout"`); the agent's `approvalTimeout` when unset.
+   *
+   * @since 0.3.0
+   */
+  readonly approvalTimeout?: Duration.Duration | undefined
 }
+
+/**
+ * when a tool's call needs approval: `"always"`, or a predicate over the call's decoded
+ * arguments and context (`true`: ask a person first). A predicate that dies counts as `true`.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export type Approval<Args, R = never> = "always" | ((args: Args, context: ToolContext) => Effect.Effect<boolean, never, R>)
 
 /**
  * Any tool, with its requirements already provided.
@@ -94,6 +118,10 @@ export interface Any {
   readonly timeout?: Duration.Duration | undefined
   /** @since 0.3.0 */
   readonly jsonSchema?: JsonRecord | undefined
+  /** @since 0.3.0 */
+  readonly approval?: Approval<any> | undefined
+  /** @since 0.3.0 */
+  readonly approvalTimeout?: Duration.Duration | undefined
 }
 
 /**
@@ -179,6 +207,20 @@ export const make = <Fields extends Schema.Struct.Fields, E = never, R = never>(
    * @since 0.2.0
    */
   readonly timeout?: Duration.DurationInput | undefined
+  /**
+   * `"always"`, or a predicate over the decoded arguments: a call it says `true` for waits
+   * for `agent.approve` / `agent.reject` before it runs.
+   *
+   * @since 0.3.0
+   */
+  readonly approval?: Approval<Schema.Struct.Type<Fields>, R> | undefined
+  /**
+   * how long an approval request waits before it is rejected automatically (reason
+   * `"timeout"`); must be positive. The agent's `approvalTimeout` when unset.
+   *
+   * @since 0.3.0
+   */
+  readonly approvalTimeout?: Duration.DurationInput | undefined
 }): Tool<Fields, E, R> => {
   // CORE-08: the definition is decoded by its Schema once, here; a bad field throws naming it
   const checked = options_.decodeToolDefinition(options)
@@ -188,7 +230,9 @@ export const make = <Fields extends Schema.Struct.Fields, E = never, R = never>(
     parameters: options.parameters,
     mode: checked.mode ?? "parallel",
     run: options.run,
-    ...(checked.timeout !== undefined ? { timeout: checked.timeout } : {})
+    ...(checked.timeout !== undefined ? { timeout: checked.timeout } : {}),
+    ...(options.approval !== undefined ? { approval: options.approval } : {}),
+    ...(checked.approvalTimeout !== undefined ? { approvalTimeout: checked.approvalTimeout } : {})
   }
 }
 
@@ -215,6 +259,10 @@ export interface AgentToolOptions<E, R> {
   readonly setup?: Setup<E, R> | undefined
   /** How long one call (the child's whole turn) may run; see {@link make}. */
   readonly timeout?: Duration.DurationInput | undefined
+  /** whether a call needs approval before the child is spawned; see {@link make}. (@since 0.3.0) */
+  readonly approval?: Approval<any, R> | undefined
+  /** see {@link make}. (@since 0.3.0) */
+  readonly approvalTimeout?: Duration.DurationInput | undefined
 }
 
 /**
@@ -284,6 +332,8 @@ export const agent: {
     description: options.description,
     parameters: options.parameters ?? AgentPrompt,
     timeout: options.timeout,
+    approval: options.approval as Approval<any, AgentRegistry | Exclude<R, Scope.Scope>> | undefined,
+    approvalTimeout: options.approvalTimeout,
     run: (args, context) => subAgent.runCall(config, args, context)
   })
 }

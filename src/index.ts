@@ -116,3 +116,8 @@ export * as TurnResult from "./TurnResult.js"
  * @since 0.3.0
  */
 export * as TurnPart from "./TurnPart.js"
+
+/**
+ * @since 0.3.0
+ */
+export * as Pending from "./Pending.js"

@@ -237,6 +237,6 @@ describe("HIL-06 summaries and listings", () => {
       const bad = yield* request(`${served.url}/sessions?status=sleeping`)
       assert.strictEqual(bad.status, 400)
       // reading a suspended session activated nothing
-      assert.deepStrictEqual(yield* served.host.live, ["live-idle"])
+      assert.deepStrictEqual(Array.from(yield* served.host.live, String), ["live-idle"])
     }))
 })

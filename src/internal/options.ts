@@ -169,6 +169,12 @@ const isSchema = (u: unknown): u is Schema.Schema<any, any, never> => Schema.isS
 /** A Schema (OUT-01's output). @internal */
 export const AnySchema = Schema.declare(isSchema, { identifier: "Schema" })
 
+/** A positive duration input, checked but kept as given (the options' Schema transforms nothing). */
+const PositiveDurationInput = Schema.Unknown.pipe(Schema.filter((u) => {
+  const decoded = Duration.decodeUnknown(u)
+  return decoded._tag === "Some" && Duration.greaterThan(decoded.value, Duration.zero)
+}))
+
 /** @internal */
 export const AgentOptionsSchema = Schema.Struct({
   provider: optionalField(Schema.String, "a string"),
@@ -185,7 +191,11 @@ export const AgentOptionsSchema = Schema.Struct({
   compaction: Schema.optionalWith(Schema.UndefinedOr(CompactionPolicySchema), { exact: true }),
   settings: Schema.optionalWith(Schema.UndefinedOr(ModelSettingsSchema), { exact: true }),
   output: optionalField(AnySchema, "a Schema"),
-  outputRetries: optionalField(NonNegativeInt, "an integer >= 0")
+  outputRetries: optionalField(NonNegativeInt, "an integer >= 0"),
+  approvalTimeout: optionalField(
+    PositiveDurationInput,
+    "a positive duration (e.g. \"10 minutes\" or a number of milliseconds)"
+  )
 }).annotations(anObject("options"))
 
 const decodeAgentOptionsSchema = Schema.decodeUnknownEither(AgentOptionsSchema, decodeOptions)
@@ -396,6 +406,14 @@ export const ToolDefinitionSchema = Schema.Struct({
   timeout: optionalField(
     PositiveDuration,
     "a positive duration (e.g. \"30 seconds\" or a number of milliseconds)"
+  ),
+  approval: optionalField(
+    Schema.Union(Schema.Literal("always"), AnyFunction),
+    `"always" or a function (args, context) => Effect<boolean>`
+  ),
+  approvalTimeout: optionalField(
+    PositiveDuration,
+    "a positive duration (e.g. \"10 minutes\" or a number of milliseconds)"
   )
 }).annotations(anObject("a tool definition"))
 

@@ -21,7 +21,7 @@ import {
 import { AgentInactive, DuplicateTool } from "../../AgentError.js"
 import type { ToolSchema } from "../../Model.js"
 import type { JsonRecord, JsonValue } from "../../SessionEvent.js"
-import type { Any, Requirements, Tool, Toolkit, ToolRegistryShape, Unknown } from "../../Tool.js"
+import type { Any, Approval, Requirements, Tool, Toolkit, ToolRegistryShape, Unknown } from "../../Tool.js"
 import { deepFreeze } from "../json.js"
 
 // A tool without parameters: `JSONSchema.make(Schema.Struct({}))` is "any object or array", which
@@ -226,6 +226,10 @@ export const checkActive = (
   )
 }
 
+/** a tool's approval predicate with the services of its registration provided. */
+const approvalWith = <R>(approval: Approval<any, R>, services: Context.Context<R>): Approval<any> =>
+  approval === "always" ? approval : (args, context) => Effect.provide(approval(args, context), services)
+
 /**
  * A tool registry. `register` provides the tool's requirements from the registering fiber's
  * context, so a listed tool needs nothing; the registration lasts until the caller's Scope closes.
@@ -263,7 +267,9 @@ export const makeToolRegistry = (options: {
             return Effect.provide(Option.isSome(current) ? Effect.withParentSpan(run, current.value) : run, services)
           }),
         ...(tool.timeout !== undefined ? { timeout: tool.timeout } : {}),
-        ...(tool.jsonSchema !== undefined ? { jsonSchema: tool.jsonSchema } : {})
+        ...(tool.jsonSchema !== undefined ? { jsonSchema: tool.jsonSchema } : {}),
+        ...(tool.approval !== undefined ? { approval: approvalWith(tool.approval, services) } : {}),
+        ...(tool.approvalTimeout !== undefined ? { approvalTimeout: tool.approvalTimeout } : {})
       }
       Object.freeze(registered)
       yield* Effect.acquireRelease(

@@ -13,6 +13,7 @@ import { FileSystem, HttpApiBuilder, HttpRouter, HttpServerRequest, HttpServerRe
 import type { Option as OptionType } from "effect"
 import { Effect, Either, Option, Schema, Stream } from "effect"
 import type { Agent } from "../../Agent.js"
+import type { AgentStatus } from "../../AgentEvent.js"
 import { AgentRegistry } from "../../AgentRegistry.js"
 import type * as HttpApi from "../../HttpApi.js"
 import { Forbidden, Unauthorized } from "./api.js"
@@ -78,7 +79,7 @@ const asset = (name: string) =>
 /** One live agent as the page draws the tree. @internal */
 export interface RegistryNode {
   readonly id: SessionId
-  readonly status: "idle" | "running"
+  readonly status: AgentStatus
   /** The live agent that owns it (REG-07); `null` for a root (owned by the host or a plain Scope). */
   readonly owner: SessionId | null
   /** The agent whose work created it, as recorded since the server started (INIT); `null` when none. */
