@@ -431,7 +431,14 @@ export const ListRequest = Schema.Struct({
    *
    * @since 0.3.0
    */
-  maxMetaBytes: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
+  maxMetaBytes: Schema.optionalWith(Schema.NonNegativeInt, { exact: true }),
+  /**
+   * HIL-06: only the sessions with this status (`awaiting-input`: every session waiting for a
+   * person, live or not). A page may then hold fewer than `limit` entries; `next` still continues.
+   *
+   * @since 0.3.0
+   */
+  status: Schema.optionalWith(Schema.suspend(() => SessionStatus), { exact: true })
 }).annotations({ identifier: "ListRequest" })
 
 /**
@@ -445,8 +452,9 @@ export type ListRequest = typeof ListRequest.Type
 
 /**
  * Where a session's agent stands: `running` (a turn or maintenance is in progress), `idle` (live,
- * nothing running), `awaiting-input` (@since 0.3.0: live, its turn suspended waiting for a person)
- * or `passive` (stored, no agent live: the next write activates it).
+ * nothing running), `awaiting-input` (since 0.3.0, HIL-04: its turn is suspended, waiting for a
+ * person to decide an approval or answer a question — live or not: `pending` lists what, and a
+ * decision activates it) or `passive` (stored, no agent live: the next write activates it).
  *
  * @since 0.2.0
  * @category results
@@ -458,6 +466,25 @@ export const SessionStatus = Schema.Literal("running", "idle", "passive", "await
  * @category results
  */
 export type SessionStatus = typeof SessionStatus.Type
+
+/**
+ * What a suspended session waits for (HIL-04), as its summary shows it.
+ *
+ * @since 0.3.0
+ * @category results
+ */
+export const Awaiting = Schema.Struct({
+  approvals: Schema.NonNegativeInt,
+  questions: Schema.NonNegativeInt,
+  approvedUndispatched: Schema.NonNegativeInt,
+  earliestDeadline: Schema.optionalWith(Schema.NonNegativeInt, { exact: true })
+}).annotations({ identifier: "Awaiting" })
+
+/**
+ * @since 0.3.0
+ * @category results
+ */
+export type Awaiting = typeof Awaiting.Type
 
 /**
  * The summary of a session: status, pending input per inbox list, whether its log ends inside a
@@ -475,7 +502,15 @@ export const SessionInfo = Schema.TaggedStruct("SessionInfo", {
   usage: Usage,
   createdAt: Schema.NonNegativeInt,
   parentSession: Schema.optionalWith(SessionId, { exact: true }),
-  meta: Meta
+  meta: Meta,
+  /**
+   * HIL-04: what the suspended turn waits for (absent when it waits for nothing): undecided
+   * approvals, unanswered questions, approved calls not yet dispatched, the earliest deadline
+   * (epoch milliseconds). `pending(id)` lists the items.
+   *
+   * @since 0.3.0
+   */
+  awaiting: Schema.optionalWith(Awaiting, { exact: true })
 }).annotations({ identifier: "SessionInfo" })
 
 /**

@@ -176,6 +176,31 @@ export interface RecoverySummary {
    * @since 0.3.0
    */
   readonly parent?: SessionId | undefined
+  /**
+   * HIL-04: present when the open step is suspended — it waits for a person (an unsettled approval
+   * or question) or has an approved call not yet dispatched. A suspended turn is open but not
+   * interrupted: recovery activates it only for an approved call or a due deadline.
+   *
+   * @since 0.3.0
+   */
+  readonly awaiting?: AwaitingSummary | undefined
+}
+
+/**
+ * What a suspended session waits for (HIL-04), as a {@link RecoverySummary} carries it.
+ *
+ * @since 0.3.0
+ * @category models
+ */
+export interface AwaitingSummary {
+  /** Approval requests without a decision. */
+  readonly approvals: number
+  /** Questions without an answer. */
+  readonly questions: number
+  /** Approved calls not yet dispatched: they run as soon as the agent is live. */
+  readonly approvedUndispatched: number
+  /** The earliest deadline (epoch milliseconds) of a pending item, when one has a time limit. */
+  readonly earliestDeadline?: number | undefined
 }
 
 /**

@@ -23,7 +23,7 @@ import type { RecoverySummary, SessionSummary, UnreadableSession } from "../../S
 import { SessionPersistence } from "../../SessionPersistence.js"
 import { AgentEntity, refailCluster } from "./protocol.js"
 import * as requests from "../gateway/request.js"
-import { listedEntry } from "../gateway/summary.js"
+import { listedEntry, pageOfIds } from "../gateway/summary.js"
 
 /** How long the client waits before asking again for a stream that ended. */
 const streamAgain = Duration.millis(200)
@@ -76,7 +76,7 @@ export const make = Effect.gen(function*() {
 
   const list = (request?: Gateway.ListRequest | undefined) =>
     Effect.gen(function*() {
-      const { after, limit } = requests.pageOf(request)
+      const { after, limit, status } = requests.pageOf(request)
       const source: Stream.Stream<Listed, SessionError.PersistenceError> = persistence.summaries ?? persistence.list
       const problems = new Map<string, string>()
       const ids: Array<string> = []
@@ -85,13 +85,15 @@ export const make = Effect.gen(function*() {
         if (after === undefined || entry.id > after) ids.push(entry.id)
       }
       const sorted = Arr.dedupe(ids).sort()
-      const page = sorted.slice(0, limit)
-      const sessions = yield* Effect.forEach(page, (id) => entryOf(id, problems.get(id)), {
-        concurrency: SUMMARY_CONCURRENCY
-      })
-      const next = sorted.length > limit ? page[page.length - 1] : undefined
+      // HIL-06: a status filter asks each candidate's entity (where it is live, only it knows)
+      const page = yield* pageOfIds(
+        sorted,
+        { limit, status, concurrency: SUMMARY_CONCURRENCY },
+        (id) => entryOf(id, problems.get(id))
+      )
+      const next = page.next
       // SEC-06: the entries as the host gateway lists them (meta only when asked, bounded)
-      const listed = Arr.getSomes(sessions).map((entry) => listedEntry(entry, request))
+      const listed = page.entries.map((entry) => listedEntry(entry, request))
       return { sessions: listed, ...(next === undefined ? {} : { next }) } satisfies Gateway.SessionPage
     }).pipe(Effect.withSpan("ClusterClient.list"))
 

@@ -25,6 +25,7 @@ import { Entity } from "@effect/cluster"
 import type { Sharding } from "@effect/cluster/Sharding"
 import type { Context } from "effect"
 import {
+  Clock,
   Context as Ctx,
   Deferred,
   Duration,
@@ -198,7 +199,7 @@ const resumeIfPending = (runner: Runner, id: SessionId) =>
     const stored = yield* runner.persistence.read(id)
     const state = emptyState(stored.header.child?.parent)
     for (const event of stored.events) foldEvent(state, event.seq, event.type, event.data, stored.header.seedLength)
-    if (!needsRecovery(recoverySummaryOf(id, state))) return
+    if (!needsRecovery(recoverySummaryOf(id, state), yield* Clock.currentTimeMillis)) return
     yield* waitingOutLease(runner)(runner.host.get(id))
   }).pipe(
     Effect.catchTag("SessionNotFound", () => Effect.void),

@@ -6,7 +6,7 @@
  * @internal
  */
 import type { Scope } from "effect"
-import { Array as Arr, Deferred, Duration, Effect, Exit, Option, Stream } from "effect"
+import { Deferred, Duration, Effect, Exit, Option, Stream } from "effect"
 import type { Agent } from "../../Agent.js"
 import * as AgentError from "../../AgentError.js"
 import { AgentHost } from "../../AgentHost.js"
@@ -91,9 +91,11 @@ const withAgent = <A, E>(g: GatewayState, id: SessionId, f: (agent: Agent) => Ef
 /** `SessionGateway.list` (HTTP-00): a page of the sessions, stored or live, in id order after `after`. */
 const list = (g: GatewayState, listRequest?: Gateway.ListRequest | undefined) =>
   Effect.gen(function*() {
-    const { after, limit } = requests.pageOf(listRequest)
+    const { after, limit, status } = requests.pageOf(listRequest)
     const unreadable = new Map<string, string>()
     const ids = new Set<string>()
+    // HIL-06: the status of a stored session that is not live, from its cheap summary
+    const storedStatus = new Map<string, Gateway.SessionStatus>()
     if (Option.isSome(g.persistence)) {
       const { list, summaries } = g.persistence.value
       // the recovery summaries are the cheap listing where the backend has them (HOST-04)
@@ -102,17 +104,27 @@ const list = (g: GatewayState, listRequest?: Gateway.ListRequest | undefined) =>
       for (const entry of entries) {
         if (entry._tag === "UnreadableSession") unreadable.set(entry.id, entry.problem)
         else ids.add(entry.id)
+        if (entry._tag === "RecoverySummary") {
+          storedStatus.set(entry.id, entry.awaiting === undefined ? "passive" : "awaiting-input")
+        }
       }
     }
-    for (const agent of yield* g.registry.list) ids.add(agent.id)
+    const live = new Set<string>()
+    for (const agent of yield* g.registry.list) {
+      ids.add(agent.id)
+      live.add(agent.id)
+    }
     for (const id of unreadable.keys()) ids.add(id)
     const sorted = Array.from(ids).filter((id) => after === undefined || id > after).sort()
-    const page = sorted.slice(0, limit)
-    const sessions = yield* Effect.forEach(page, (id) => entryOf(g, id, unreadable.get(id)), { concurrency: 8 })
-    const next = sorted.length > limit ? page[page.length - 1] : undefined
+    const page = yield* summary.pageOfIds(sorted, {
+      limit,
+      status,
+      concurrency: 8,
+      known: (id) => live.has(id) ? undefined : storedStatus.get(id)
+    }, (id) => entryOf(g, id, unreadable.get(id)))
     return {
-      sessions: Arr.getSomes(sessions).map((entry) => summary.listedEntry(entry, listRequest)),
-      ...(next === undefined ? {} : { next })
+      sessions: page.entries.map((entry) => summary.listedEntry(entry, listRequest)),
+      ...(page.next === undefined ? {} : { next: page.next })
     } satisfies Gateway.SessionPage
   }).pipe(Effect.withSpan("SessionGateway.list"))
 

@@ -181,10 +181,13 @@ export const createOf = (
 export interface Page {
   readonly limit: number
   readonly after: string | undefined
+  /** HIL-06: only the sessions with this status. */
+  readonly status: Gateway.SessionStatus | undefined
 }
 
 /** `list`'s input with its defaults. @internal */
 export const pageOf = (request?: Gateway.ListRequest | undefined): Page => ({
   limit: request?.limit ?? DEFAULT_PAGE,
-  after: request?.after
+  after: request?.after,
+  status: request?.status
 })

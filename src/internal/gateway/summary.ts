@@ -10,9 +10,18 @@ import type { Agent } from "../../Agent.js"
 import type { AgentEvent } from "../../AgentEvent.js"
 import { ContentPart } from "../../Message.js"
 import type { UserMessage } from "../../Message.js"
-import type { ListRequest, LiveEvent, SessionInfo, SessionListEntry, UnreadableSession } from "../../SessionGateway.js"
+import type {
+  Awaiting,
+  ListRequest,
+  LiveEvent,
+  SessionInfo,
+  SessionListEntry,
+  SessionStatus,
+  UnreadableSession
+} from "../../SessionGateway.js"
 import type { InboxTarget, SessionEvent, SessionHeader } from "../../SessionEvent.js"
 import { wakeByDefault } from "../agent/inbox.js"
+import * as pendingRequests from "../log/pending.js"
 import { utf8Length } from "../log/recordSize.js"
 import * as usage from "../log/usage.js"
 
@@ -41,6 +50,26 @@ export const endsInsideTurn = (events: ReadonlyArray<SessionEvent>): boolean => 
 }
 
 /**
+ * HIL-04: what the log's open step waits for, as a summary shows it (the pure derivation of
+ * `log/pending.ts`); undefined when the step is not suspended.
+ *
+ * @internal
+ */
+export const awaitingOf = (events: ReadonlyArray<SessionEvent>): Awaiting | undefined => {
+  const requests = pendingRequests.openStepRequests(events)
+  if (Option.isNone(requests) || !requests.value.suspended) return undefined
+  const { approvedUndispatched, earliestDeadline, pending } = requests.value
+  let approvals = 0
+  for (const item of pending) if (item._tag === "Approval") approvals++
+  const awaiting = { approvals, questions: pending.length - approvals, approvedUndispatched: approvedUndispatched.length }
+  return earliestDeadline === undefined ? awaiting : { ...awaiting, earliestDeadline }
+}
+
+/** `awaiting-input` for a suspended turn (HIL-04), else the agent's own status. */
+const statusWith = (status: SessionStatus, awaiting: Awaiting | undefined): SessionStatus =>
+  awaiting !== undefined && status !== "running" ? "awaiting-input" : status
+
+/**
  * The summary of a stored session from its log: pending messages per inbox list (splices after
  * the seed, as the inbox replays them, INB-05), the open turn, usage sums (MOD-06).
  *
@@ -59,15 +88,17 @@ export const fromStored = (header: SessionHeader, events: ReadonlyArray<SessionE
   }
   let nextTurn = 0
   for (const target of pending.values()) if (target === "next-turn") nextTurn++
+  const awaiting = awaitingOf(events)
   return {
     _tag: "SessionInfo",
     id: header.id,
-    status: "passive",
+    status: statusWith("passive", awaiting),
     pending: { nextTurn, nextStep: pending.size - nextTurn },
     openTurn: endsInsideTurn(events),
     eventCount: events.length,
     usage: usage.snapshot(sums),
-    ...headerFields(header)
+    ...headerFields(header),
+    ...(awaiting === undefined ? {} : { awaiting })
   }
 }
 
@@ -78,15 +109,17 @@ export const fromLive = (agent: Agent): Effect.Effect<SessionInfo> =>
     const nextTurn = yield* agent.inbox.nextTurn
     const nextStep = yield* agent.inbox.nextStep
     const events = yield* agent.session.events
+    const awaiting = awaitingOf(events)
     return {
       _tag: "SessionInfo" as const,
       id: agent.id,
-      status,
+      status: statusWith(status, awaiting),
       pending: { nextTurn: nextTurn.length, nextStep: nextStep.length },
       openTurn: endsInsideTurn(events),
       eventCount: events.length,
       usage: yield* agent.session.usage,
-      ...headerFields(agent.session.header)
+      ...headerFields(agent.session.header),
+      ...(awaiting === undefined ? {} : { awaiting })
     }
   })
 
@@ -222,4 +255,56 @@ export const toLive = (event: AgentEvent): Option.Option<LiveEvent> => {
     default:
       return Option.none()
   }
+}
+
+/** A listed entry: a session's summary or an unreadable entry. */
+type Entry = SessionInfo | UnreadableSession
+
+/**
+ * A page of a listing from its candidate ids (sorted, after the cursor): the first `limit` entries;
+ * with a `status` (HIL-06), the first `limit` sessions with that status — `known` gives the status
+ * of an id when the gateway knows it without reading the session (a live agent, a store's cheap
+ * summary), so those that do not match are not read. `entryOf` reads one (`None`: gone meanwhile).
+ *
+ * @internal
+ */
+export const pageOfIds = <E>(
+  sorted: ReadonlyArray<string>,
+  options: {
+    readonly limit: number
+    readonly status: SessionStatus | undefined
+    readonly concurrency: number
+    readonly known?: ((id: string) => SessionStatus | undefined) | undefined
+  },
+  entryOf: (id: string) => Effect.Effect<Option.Option<Entry>, E>
+): Effect.Effect<{ readonly entries: ReadonlyArray<Entry>; readonly next: string | undefined }, E> => {
+  const { concurrency, limit, status } = options
+  if (status === undefined) {
+    const page = sorted.slice(0, limit)
+    return Effect.map(Effect.forEach(page, entryOf, { concurrency }), (entries) => ({
+      entries: entries.flatMap((entry) => Option.isSome(entry) ? [entry.value] : []),
+      next: sorted.length > limit ? page[page.length - 1] : undefined
+    }))
+  }
+  const candidates = sorted.filter((id) => {
+    const known = options.known?.(id)
+    return known === undefined || known === status
+  })
+  return Effect.gen(function*() {
+    const entries: Array<Entry> = []
+    let at = 0
+    while (at < candidates.length && entries.length < limit) {
+      const chunk = candidates.slice(at, at + concurrency)
+      at += chunk.length
+      for (const entry of yield* Effect.forEach(chunk, entryOf, { concurrency })) {
+        if (entries.length === limit) break
+        if (Option.isSome(entry) && entry.value._tag === "SessionInfo" && entry.value.status === status) {
+          entries.push(entry.value)
+        }
+      }
+    }
+    const last = entries[entries.length - 1]
+    const more = entries.length === limit && last !== undefined && candidates[candidates.length - 1]! > last.id
+    return { entries, next: more ? last.id : undefined }
+  })
 }

@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import { Effect, Option, Stream } from "effect"
+import { Clock, Effect, Option, Stream } from "effect"
 import type { RecoveryReport } from "../../AgentHost.js"
 import type { SessionId } from "../../Message.js"
 import type { RecoverySummary, SessionPersistence, UnreadableSession } from "../../SessionPersistence.js"
@@ -51,9 +51,10 @@ export const recover = (
       Effect.tapError((error) => Effect.logError("AgentHost: recovery could not list the stored sessions", error)),
       Effect.option
     )
+    const now = yield* Clock.currentTimeMillis
     const candidates: Array<SessionId> = []
     for (const entry of Option.getOrElse(listed, () => [])) {
-      if (entry._tag === "RecoverySummary" && needsRecovery(entry)) candidates.push(entry.id)
+      if (entry._tag === "RecoverySummary" && needsRecovery(entry, now)) candidates.push(entry.id)
     }
     const activated: Array<SessionId> = []
     const failed: Array<{ readonly id: string; readonly error: unknown }> = []

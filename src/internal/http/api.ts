@@ -274,8 +274,9 @@ const DecimalInteger = Schema.String.pipe(
 )
 
 /**
- * `GET /sessions` query: `limit` (1–1000, default 100), `after` (the `next` of the previous page)
- * and `include=meta` for each session's `meta` (SEC-06: without it the entries carry none).
+ * `GET /sessions` query: `limit` (1–1000, default 100), `after` (the `next` of the previous page),
+ * `include=meta` for each session's `meta` (SEC-06: without it the entries carry none) and
+ * `status` to list only the sessions with that status (HIL-06: `status=awaiting-input`).
  *
  * @since 0.2.0
  * @category requests
@@ -284,7 +285,9 @@ export const ListParams = Schema.Struct({
   limit: Schema.optionalWith(DecimalInteger.pipe(Schema.between(1, 1000)), { exact: true }),
   after: Schema.optionalWith(Schema.String, { exact: true }),
   /** @since 0.3.0 */
-  include: Schema.optionalWith(Schema.Literal("meta"), { exact: true })
+  include: Schema.optionalWith(Schema.Literal("meta"), { exact: true }),
+  /** HIL-06: only the sessions with this status (`awaiting-input`: waiting for a person). @since 0.3.0 */
+  status: Schema.optionalWith(Gateway.SessionStatus, { exact: true })
 })
 
 /**

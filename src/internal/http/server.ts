@@ -403,6 +403,7 @@ const sessionsLayer = (settings: Settings) =>
             const page = yield* gateway.list({
               ...(urlParams.limit === undefined ? {} : { limit: urlParams.limit }),
               ...(urlParams.after === undefined ? {} : { after: urlParams.after }),
+              ...(urlParams.status === undefined ? {} : { status: urlParams.status }),
               includeMeta,
               maxMetaBytes: settings.maxListMetaBytes
             })

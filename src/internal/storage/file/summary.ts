@@ -15,12 +15,25 @@ import { sessionId as parseSessionId } from "../../../Message.js"
 import type * as SessionError from "../../../SessionError.js"
 import type { RecoverySummary, UnreadableSession } from "../../../SessionPersistence.js"
 import * as fileLock from "./lock.js"
-import type { SummaryState } from "../../log/summary.js"
+import type { OpenStepState, SummaryState } from "../../log/summary.js"
 import { emptyState, foldEvent, summaryOf } from "../../log/summary.js"
 
-/** The sidecar's shape (version 1). */
+/** The open step's requests in a sidecar (HIL-04): the fold's {@link OpenStepState} as JSON. */
+interface SidecarStep {
+  readonly turn: number
+  readonly step: number
+  readonly seq: number
+  readonly approvals: ReadonlyArray<readonly [string, number | null]>
+  readonly approved: ReadonlyArray<string>
+  readonly questions: ReadonlyArray<readonly [string, readonly [string, number | null]]>
+}
+
+/**
+ * The sidecar's shape (version 2: version 1 had no open step, so a version-1 sidecar is rebuilt — it
+ * may have folded requests it did not keep).
+ */
 interface Sidecar {
-  readonly v: 1
+  readonly v: 2
   readonly createdAt: number
   readonly seedLength: number
   /** Bytes of the log folded: always the end of a complete record. */
@@ -30,6 +43,8 @@ interface Sidecar {
   readonly pending: ReadonlyArray<readonly [string, boolean]>
   /** The parent of a sub-agent's child session (its header's `child`). */
   readonly parent?: string
+  /** HIL-04: the open step's requests, while a step is open. */
+  readonly open?: SidecarStep
 }
 
 const SIDECAR_DIRECTORY = ".summaries"
@@ -39,10 +54,37 @@ const decoder = new TextDecoder("utf-8")
 const isSidecar = (u: unknown): u is Sidecar => {
   if (typeof u !== "object" || u === null) return false
   const s = u as Record<string, unknown>
-  return s["v"] === 1 && typeof s["createdAt"] === "number" && typeof s["seedLength"] === "number" &&
+  return s["v"] === 2 && typeof s["createdAt"] === "number" && typeof s["seedLength"] === "number" &&
     typeof s["offset"] === "number" && typeof s["nextSeq"] === "number" && typeof s["openTurn"] === "number" &&
-    Array.isArray(s["pending"])
+    Array.isArray(s["pending"]) && (s["open"] === undefined || isSidecarStep(s["open"]))
 }
+
+const isSidecarStep = (u: unknown): u is SidecarStep => {
+  if (typeof u !== "object" || u === null) return false
+  const s = u as Record<string, unknown>
+  return typeof s["turn"] === "number" && typeof s["step"] === "number" && typeof s["seq"] === "number" &&
+    Array.isArray(s["approvals"]) &&
+    Array.isArray(s["approved"]) && Array.isArray(s["questions"])
+}
+
+const stepFromSidecar = (open: SidecarStep | undefined): OpenStepState | undefined =>
+  open === undefined ? undefined : {
+    turn: open.turn,
+    step: open.step,
+    seq: open.seq,
+    approvals: new Map(open.approvals),
+    approved: new Set(open.approved),
+    questions: new Map(open.questions)
+  }
+
+const stepToSidecar = (open: OpenStepState): SidecarStep => ({
+  turn: open.turn,
+  step: open.step,
+  seq: open.seq,
+  approvals: Array.from(open.approvals),
+  approved: Array.from(open.approved),
+  questions: Array.from(open.questions)
+})
 
 const parseJson = (text: string): unknown => {
   try {
@@ -176,7 +218,8 @@ const fromSidecar = (d: Files, file: string, size: number, sidecar: Sidecar) =>
       nextSeq: sidecar.nextSeq,
       openTurn: sidecar.openTurn,
       pending: new Map(sidecar.pending),
-      parent: typeof sidecar.parent === "string" ? sidecar.parent : undefined
+      parent: typeof sidecar.parent === "string" ? sidecar.parent : undefined,
+      open: stepFromSidecar(sidecar.open)
     }
     if (sidecar.offset === size) return { state, sidecar }
     const folded = foldRecords(yield* readBytes(d, file, sidecar.offset), state, false, sidecar.seedLength)
@@ -255,12 +298,13 @@ const toSidecar = (
   at: { readonly createdAt: number; readonly seedLength: number; readonly offset: number },
   state: SummaryState
 ): Sidecar => ({
-  v: 1,
+  v: 2,
   createdAt: at.createdAt,
   seedLength: at.seedLength,
   offset: at.offset,
   nextSeq: state.nextSeq,
   openTurn: state.openTurn,
   pending: Array.from(state.pending),
-  ...(state.parent !== undefined ? { parent: state.parent } : {})
+  ...(state.parent !== undefined ? { parent: state.parent } : {}),
+  ...(state.open !== undefined ? { open: stepToSidecar(state.open) } : {})
 })

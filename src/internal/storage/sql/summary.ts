@@ -1,16 +1,20 @@
 /**
- * HOST-04 for SQL stores: the recovery summaries as a query. Per page of sessions, only the
- * `turn/start`, `turn/end` and `agent/inbox/spliced` rows are read (never the messages, tool
- * results or custom events that make up most of a log) and folded by `log/summary.ts`.
+ * HOST-04 for SQL stores: the recovery summaries as a query. Per page of sessions, only the rows of
+ * the fold's `summaryTypes` are read — turns, steps, inbox splices and the HIL-04 requests, never
+ * the messages, tool results or custom events that make up most of a log — and folded by
+ * `log/summary.ts`. A session whose open step has requests that a dispatch or a result could settle
+ * (rare: a person is deciding) then has that step's `tool/call` and `tool/result` rows read too.
  *
  * @internal
  */
 import type { SqlClient } from "@effect/sql/SqlClient"
 import { Chunk, Effect, Either, Option, Stream } from "effect"
+import type { SessionId } from "../../../Message.js"
 import { sessionId as parseSessionId } from "../../../Message.js"
 import type * as SessionError from "../../../SessionError.js"
 import type { RecoverySummary, UnreadableSession } from "../../../SessionPersistence.js"
-import { emptyState, foldEvent, summaryOf, summaryTypes } from "../../log/summary.js"
+import type { SummaryState } from "../../log/summary.js"
+import { emptyState, foldEvent, foldRequest, hasOpenRequests, stepCallTypes, summaryOf, summaryTypes } from "../../log/summary.js"
 import { persistenceError } from "./log.js"
 
 interface SessionRow {
@@ -29,6 +33,9 @@ const PAGE = 500
 
 type Entry = RecoverySummary | UnreadableSession
 
+/** A page's entry: unreadable, or the fold of its session (the step's calls still to fold in). */
+type Folded = UnreadableSession | { readonly _tag: "Folded"; readonly id: SessionId; readonly state: SummaryState }
+
 const parse = (text: string): unknown => {
   try {
     return JSON.parse(text)
@@ -37,14 +44,14 @@ const parse = (text: string): unknown => {
   }
 }
 
-const summariesOfPage = (sessions: ReadonlyArray<SessionRow>, events: ReadonlyArray<EventRow>): Array<Entry> => {
+const foldPage = (sessions: ReadonlyArray<SessionRow>, events: ReadonlyArray<EventRow>): Array<Folded> => {
   const bySession = new Map<string, Array<EventRow>>()
   for (const row of events) {
     const rows = bySession.get(row.session_id)
     if (rows === undefined) bySession.set(row.session_id, [row])
     else rows.push(row)
   }
-  return sessions.map((session): Entry => {
+  return sessions.map((session): Folded => {
     const id = parseSessionId(session.session_id)
     if (Either.isLeft(id)) return { _tag: "UnreadableSession", id: session.session_id, problem: id.left.message }
     const header = parse(session.header) as
@@ -62,9 +69,32 @@ const summariesOfPage = (sessions: ReadonlyArray<SessionRow>, events: ReadonlyAr
       }
       foldEvent(state, Number(row.seq), row.event_type, record.data, header.seedLength)
     }
-    return summaryOf(id.right, state)
+    return { _tag: "Folded", id: id.right, state }
   })
 }
+
+/** HIL-04: the open step's dispatches and results folded in, for a session with requests they may settle. */
+const settleStep = (sql: SqlClient, folded: Folded) => {
+  if (folded._tag !== "Folded" || !hasOpenRequests(folded.state)) return Effect.succeed<Entry>(entryOf(folded))
+  const open = folded.state.open!
+  return Effect.map(
+    sql<EventRow>`SELECT session_id, seq, event_type, record FROM effect_agent_events
+      WHERE session_id = ${folded.id} AND seq > ${open.seq} AND event_type IN ${sql.in(stepCallTypes)}
+      ORDER BY seq`,
+    (rows): Entry => {
+      for (const row of rows) {
+        const record = parse(row.record) as { readonly data?: unknown } | undefined
+        if (record === undefined) {
+          return { _tag: "UnreadableSession", id: folded.id, problem: `event ${row.seq} is not JSON` }
+        }
+        foldRequest(open, row.event_type, record.data)
+      }
+      return entryOf(folded)
+    }
+  )
+}
+
+const entryOf = (folded: Folded): Entry => folded._tag === "Folded" ? summaryOf(folded.id, folded.state) : folded
 
 /** @internal */
 export const summaries = (sql: SqlClient): Stream.Stream<Entry, SessionError.PersistenceError> => {
@@ -78,7 +108,8 @@ export const summaries = (sql: SqlClient): Stream.Stream<Entry, SessionError.Per
         WHERE session_id > ${after} AND session_id <= ${last.session_id}
           AND event_type IN ${sql.in(summaryTypes)}
         ORDER BY session_id, seq`
-      return { entries: summariesOfPage(sessions, events), last: sessions.length === PAGE ? last.session_id : undefined }
+      const entries = yield* Effect.forEach(foldPage(sessions, events), (folded) => settleStep(sql, folded))
+      return { entries, last: sessions.length === PAGE ? last.session_id : undefined }
     }).pipe(
       Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError("summarising the stored sessions")(error)))
     )
