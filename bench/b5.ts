@@ -8,7 +8,7 @@ import { AgentRegistry } from "../src/index.js"
 import type { UserMessage } from "../src/Message.js"
 import { memoryRuntime, route, userMessage } from "./fixtures.js"
 import type { Row, Scenario } from "./harness.js"
-import { countOperations, fmt, now, perSecond, ratios, settle, stat } from "./harness.js"
+import { countOperations, fmt, fmtBytes, measureAllocated, now, perSecond, ratios, settle, stat } from "./harness.js"
 
 const TURNS = 2_000
 
@@ -70,6 +70,21 @@ const operationsPerTurn = (messages: ReadonlyArray<UserMessage>) =>
     return { ours: (withTurns - empty) / messages.length, raw: floor / messages.length }
   })
 
+/**
+ * Bytes allocated per turn (PERF-01), less the agent's creation: the median of three measured runs
+ * (see `measureAllocated`; a run of no turns is subtracted from each).
+ */
+const bytesPerTurn = async (messages: ReadonlyArray<UserMessage>): Promise<number> => {
+  const samples: Array<number> = []
+  for (let i = 0; i < 3; i++) {
+    await settle()
+    const [, withTurns] = await Effect.runPromise(measureAllocated(ours(`alloc-${i}`, messages)))
+    const [, empty] = await Effect.runPromise(measureAllocated(ours(`alloc-empty-${i}`, [])))
+    samples.push((withTurns - empty) / messages.length)
+  }
+  return stat(samples).median
+}
+
 export const scenario: Scenario = {
   id: "B5",
   title: "2,000 sequential turns on one agent, model answers at once",
@@ -91,6 +106,8 @@ export const scenario: Scenario = {
     }
     const operations = await Effect.runPromise(operationsPerTurn(messages.slice(0, 200)))
     log(`B5 Effect operations per turn: ${fmt(operations.ours)} (fork+join, 8 Ref appends: ${fmt(operations.raw)})`)
+    const bytes = await bytesPerTurn(messages.slice(0, 500))
+    log(`B5 bytes allocated per turn: ${fmtBytes(bytes)}`)
     const all = oursT.map((t) => t.all)
     const rate = stat(all.map(perSecond))
     const growth = stat(oursT.map((t) => t.last10 / t.first10))
@@ -103,9 +120,14 @@ export const scenario: Scenario = {
       costRatio: ratios(all, rawUs),
       notes: `per turn first 10% ${fmt(stat(oursT.map((t) => t.first10)).median)} µs, last 10% ` +
         `${fmt(stat(oursT.map((t) => t.last10)).median)} µs (last/first ${fmt(growth.median)}×); ` +
-        `${fmt(operations.ours)} Effect operations per turn (raw: ${fmt(operations.raw)})`,
+        `${fmt(operations.ours)} Effect operations per turn (raw: ${fmt(operations.raw)}); ${fmtBytes(bytes)} allocated per turn`,
       peer: `130–170/s (last 200 ≈10× slower) → ${fmt(rate.median / 150)}× (target ≥5×)`,
-      extra: { lastOverFirst: growth.median, operationsPerTurn: operations.ours, rawOperationsPerTurn: operations.raw }
+      extra: {
+        lastOverFirst: growth.median,
+        operationsPerTurn: operations.ours,
+        rawOperationsPerTurn: operations.raw,
+        bytesPerTurn: bytes
+      }
     }
     return [row]
   }

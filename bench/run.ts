@@ -1,8 +1,10 @@
 /**
- * Runs the benchmarks (SPEC §10): `npm run bench` runs B1–B8, `npm run bench -- B3 B5` some of
+ * Runs the benchmarks (SPEC §10): `npm run bench` runs them all, `npm run bench -- B3 B5` some of
  * them, `--quick` fewer rounds (for profiling, not for figures), `--large` adds B7 at 10,000 agents
  * (minutes on a 2-core machine). Prints a Markdown table and
- * writes `bench/results/latest.json`.
+ * writes `bench/results/latest.json`. B14 also runs on Node 24 (PERF-03: installed from the npm
+ * registry on first use; `--no-node24` skips it), and `--node24` runs every selected scenario there
+ * too; the Node 24 figures are printed beside the Node 20 ones.
  *
  * B2 needs `--expose-gc`: without it, this script re-runs itself in a node that has it (with the
  * same loader flags, so `tsx` still compiles the TypeScript).
@@ -14,6 +16,7 @@ import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import type { Row, Scenario } from "./harness.js"
 import { fmt, hasGc, table } from "./harness.js"
+import { comparisonTable, ensureNode24, nativeAddonScenarios, NODE24_VERSION, runOnNode24 } from "./node24.js"
 
 if (!hasGc() && process.env["EFFECT_AGENT_BENCH_CHILD"] === undefined) {
   const child = spawnSync(process.execPath, ["--expose-gc", ...process.execArgv, ...process.argv.slice(1)], {
@@ -37,12 +40,17 @@ const all: ReadonlyArray<() => Promise<{ readonly scenario: Scenario }>> = [
   () => import("./b11.js"),
   () => import("./b12.js"),
   () => import("./b13.js"),
+  () => import("./b14.js"),
   () => import("./b15.js")
 ]
 
 const args = process.argv.slice(2)
 const quick = args.includes("--quick")
 const large = args.includes("--large")
+const node24All = args.includes("--node24")
+const node24Never = args.includes("--no-node24")
+/** Set in the Node 24 child: write the rows there and stop (no gates, no latest.json). */
+const rowsOut = process.env["EFFECT_AGENT_BENCH_ROWS_OUT"]
 const wanted = new Set(args.filter((a) => !a.startsWith("--")).map((a) => a.toUpperCase()))
 
 const log = (line: string) => process.stderr.write(line + "\n")
@@ -93,6 +101,27 @@ const checkGates = (rows: ReadonlyArray<Row>): { readonly lines: ReadonlyArray<s
   return { lines, met }
 }
 
+/**
+ * PERF-03: the scenarios that also run on Node 24 (B14 always, every selected one with `--node24`,
+ * less those that need the native SQLite addon), run there; the two columns, or a line saying why not.
+ */
+const secondColumn = (rows: ReadonlyArray<Row>): string | undefined => {
+  if (node24Never) return undefined
+  const ran = [...new Set(rows.map((row) => row.id))]
+  const ids = ran.filter((id) => (node24All || id === "B14") && !nativeAddonScenarios.has(id))
+  if (ids.length === 0) return undefined
+  const skipped = node24All ? ran.filter((id) => nativeAddonScenarios.has(id)) : []
+  const skippedNote = skipped.length > 0 ? ` (${skipped.join(", ")} not run there: they load better-sqlite3)` : ""
+  log(`# Node ${NODE24_VERSION}: ${ids.join(" ")}`)
+  const node = ensureNode24(log)
+  if ("error" in node) return `Node ${NODE24_VERSION}: not run — ${node.error}`
+  const flags = [quick ? "--quick" : undefined, large ? "--large" : undefined].filter((f) => f !== undefined)
+  const result = runOnNode24(node.binary, ids, flags)
+  if ("error" in result) return `Node ${NODE24_VERSION}: not run — ${result.error}`
+  return `Node ${process.version.slice(1)} | Node ${NODE24_VERSION}${skippedNote}:\n\n` +
+    comparisonTable(rows, result.rows, { here: process.version.slice(1), other: NODE24_VERSION })
+}
+
 const main = async () => {
   const rows: Array<Row> = []
   const started = Date.now()
@@ -106,11 +135,17 @@ const main = async () => {
     log(`# ${scenario.id} took ${((Date.now() - t0) / 1000).toFixed(1)} s`)
   }
   if (rows.length === 0) {
-    log(`no scenario matches ${[...wanted].join(", ")} (B1 … B13)`)
+    log(`no scenario matches ${[...wanted].join(", ")} (B1 … B15)`)
     process.exit(2)
+  }
+  if (rowsOut !== undefined) {
+    fs.writeFileSync(rowsOut, JSON.stringify(rows))
+    process.exit(0)
   }
   const markdown = table(rows)
   process.stdout.write(markdown + "\n")
+  const node24 = secondColumn(rows)
+  if (node24 !== undefined) process.stdout.write("\n" + node24 + "\n")
   const gated = checkGates(rows)
   if (gated.lines.length > 0) process.stdout.write("\n" + gated.lines.join("\n") + "\n")
   const results = {
@@ -125,6 +160,7 @@ const main = async () => {
     large,
     rows,
     markdown,
+    node24,
     gates: gated.lines
   }
   const directory = path.join(path.dirname(fileURLToPath(import.meta.url)), "results")

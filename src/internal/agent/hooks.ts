@@ -4,7 +4,7 @@
  *
  * @internal
  */
-import { Effect, Ref } from "effect"
+import { Effect } from "effect"
 import type { Scope } from "effect"
 import type { AgentInactive, ModelError } from "../../AgentError.js"
 import type { UserMessage } from "../../Message.js"
@@ -43,7 +43,9 @@ export interface HookLists {
 }
 
 /**
- * What the driver runs at each hook point.
+ * What the driver runs at each hook point. The hooks run interruptible (a cancel lands inside a hook,
+ * CAN-01); with no hook of the kind registered a runner is its answer at once, an `Exit` that costs
+ * no Effect operation (PERF-01).
  *
  * @internal
  */
@@ -79,12 +81,17 @@ export interface LoopHooksInstance extends LoopHooksShape, HookRunners {
 
 const emptyLists: HookLists = { preStep: [], request: [], requestError: [], turnStopping: [] }
 
-// The snapshot of each instance, so `combineHooks` can read a `LoopHooksShape` it got from a tag.
-const snapshots = new WeakMap<LoopHooksShape, Effect.Effect<HookLists>>()
+/** Reads a registry's hooks as they are now (synchronous: the lists are replaced, never changed in place). */
+type ListsReader = () => HookLists
 
-const snapshotOf = (hooks: LoopHooksShape): Effect.Effect<HookLists> =>
-  snapshots.get(hooks) ??
-    Effect.dieMessage("LoopHooks: this instance was not built by effect-agent (use Tool.layerGlobalHooks)")
+// The reader of each instance, so `combineHooks` can read a `LoopHooksShape` it got from a tag.
+const readers = new WeakMap<LoopHooksShape, ListsReader>()
+
+const notOurs: ListsReader = () => {
+  throw new Error("LoopHooks: this instance was not built by effect-agent (use Tool.layerGlobalHooks)")
+}
+
+const readerOf = (hooks: LoopHooksShape): ListsReader => readers.get(hooks) ?? notOurs
 
 const concat = (lists: ReadonlyArray<HookLists>): HookLists => {
   if (lists.length === 1 && lists[0] !== undefined) return lists[0]
@@ -96,58 +103,76 @@ const concat = (lists: ReadonlyArray<HookLists>): HookLists => {
   }
 }
 
+const noneOf = <A>(value: A): Effect.Effect<A> => Effect.succeed(value)
+
 /**
  * The runners over one source of hook lists, read afresh at every run: one small object per agent,
- * its operations on the prototype.
+ * its operations on the prototype. The lists are read when the runner is called (at the hook point);
+ * a reader that throws (an instance not built here) is a defect of the run.
  */
 class Runners implements HookRunners {
-  constructor(private readonly current: Effect.Effect<HookLists>) {}
+  constructor(private readonly read: ListsReader) {}
+
+  private lists(): HookLists | Effect.Effect<never> {
+    try {
+      return this.read()
+    } catch (error) {
+      return Effect.die(error)
+    }
+  }
 
   runPreStep(info: StepInfo, messages: ReadonlyArray<UserMessage>): Effect.Effect<PreStepDecision, unknown> {
-    const current = this.current
-    return Effect.gen(function*() {
-      const { preStep } = yield* current
+    const lists = this.lists()
+    if (Effect.isEffect(lists)) return lists
+    const { preStep } = lists
+    if (preStep.length === 0) return noneOf<PreStepDecision>({ kind: "enter", messages })
+    return Effect.interruptible(Effect.gen(function*() {
       let decision: PreStepDecision = { kind: "enter", messages }
       for (const { hook } of preStep) {
         if (decision.kind === "reject") break
         decision = yield* hook({ agent: info.agent, turn: info.turn, step: info.step, messages: decision.messages })
       }
       return decision
-    })
+    }))
   }
 
   runRequest(info: StepInfo, initial: Route): Effect.Effect<Route, unknown> {
-    const current = this.current
-    return Effect.gen(function*() {
-      const { request } = yield* current
+    const lists = this.lists()
+    if (Effect.isEffect(lists)) return lists
+    const { request } = lists
+    if (request.length === 0) return noneOf(initial)
+    return Effect.interruptible(Effect.gen(function*() {
       let route = initial
       for (const { hook } of request) {
         route = yield* hook({ agent: info.agent, turn: info.turn, step: info.step, route })
       }
       return route
-    })
+    }))
   }
 
   runRequestError(
     info: StepInfo & { readonly error: ModelError; readonly attempt: number }
   ): Effect.Effect<"retry" | "fail", unknown> {
-    const current = this.current
-    return Effect.gen(function*() {
-      const { requestError } = yield* current
-      if (requestError.length === 0) return "fail" as const
+    const lists = this.lists()
+    if (Effect.isEffect(lists)) return lists
+    const { requestError } = lists
+    if (requestError.length === 0) return noneOf<"retry" | "fail">("fail")
+    return Effect.interruptible(Effect.gen(function*() {
       for (const { hook } of requestError) {
         if ((yield* hook(info)) === "fail") return "fail" as const
       }
       return "retry" as const
-    })
+    }))
   }
 
   runTurnStopping(info: { readonly agent: StepInfo["agent"]; readonly turn: number }): Effect.Effect<void, unknown> {
-    const current = this.current
-    return Effect.gen(function*() {
-      const { turnStopping } = yield* current
+    const lists = this.lists()
+    if (Effect.isEffect(lists)) return lists
+    const { turnStopping } = lists
+    if (turnStopping.length === 0) return Effect.void
+    return Effect.interruptible(Effect.gen(function*() {
       for (const { hook } of turnStopping) yield* hook(info)
-    })
+    }))
   }
 }
 
@@ -156,11 +181,11 @@ class Runners implements HookRunners {
  *
  * @internal
  */
-export const runnersOf = (sources: ReadonlyArray<Effect.Effect<HookLists>>): HookRunners =>
+export const runnersOf = (sources: ReadonlyArray<ListsReader>): HookRunners =>
   new Runners(
     sources.length === 1 && sources[0] !== undefined
       ? sources[0]
-      : Effect.map(Effect.all(sources), concat)
+      : () => concat(sources.map((read) => read()))
   )
 
 /**
@@ -175,7 +200,9 @@ export const makeLoopHooks = (options: {
   readonly isActive: Effect.Effect<boolean> | undefined
   readonly id?: string | undefined
 }): LoopHooksInstance => {
-  const lists = Ref.unsafeMake(emptyLists)
+  // a plain cell: every change replaces the lists in one synchronous step, so a reader sees a whole
+  // state (what a `Ref` gives, without an Effect to read it at every hook point, PERF-01)
+  let lists = emptyLists
   const active = checkActive(options)
 
   const add = <K extends keyof HookLists>(kind: K, span: string) =>
@@ -183,20 +210,24 @@ export const makeLoopHooks = (options: {
     Effect.zipRight(
       active,
       Effect.acquireRelease(
-        Ref.modify(lists, (current): [Registration<typeof hook>, HookLists] => {
+        Effect.sync(() => {
           const registration: Registration<typeof hook> = { hook }
-          return [registration, { ...current, [kind]: [...current[kind], registration] }]
+          lists = { ...lists, [kind]: [...lists[kind], registration] }
+          return registration
         }),
         (registration) =>
-          Ref.update(lists, (current) => ({
-            ...current,
-            [kind]: current[kind].filter((existing: Registration<unknown>) => existing !== registration)
-          }))
+          Effect.sync(() => {
+            lists = {
+              ...lists,
+              [kind]: lists[kind].filter((existing: Registration<unknown>) => existing !== registration)
+            }
+          })
       )
     ).pipe(Effect.asVoid, Effect.withSpan(span))
 
-  const snapshot = Ref.get(lists)
-  const runners = new Runners(snapshot)
+  const read: ListsReader = () => lists
+  const snapshot = Effect.sync(read)
+  const runners = new Runners(read)
   const instance: LoopHooksInstance = {
     preStep: add("preStep", "LoopHooks.preStep"),
     request: add("request", "LoopHooks.request"),
@@ -208,7 +239,7 @@ export const makeLoopHooks = (options: {
     runRequestError: (info) => runners.runRequestError(info),
     runTurnStopping: (info) => runners.runTurnStopping(info)
   }
-  snapshots.set(instance, snapshot)
+  readers.set(instance, read)
   return instance
 }
 
@@ -219,7 +250,7 @@ export const makeLoopHooks = (options: {
  * @internal
  */
 export const combineHooks = (global: LoopHooksShape | undefined, perAgent: LoopHooksShape): HookRunners =>
-  runnersOf(global === undefined ? [snapshotOf(perAgent)] : [snapshotOf(global), snapshotOf(perAgent)])
+  runnersOf(global === undefined ? [readerOf(perAgent)] : [readerOf(global), readerOf(perAgent)])
 
 /**
  * Runners over the global hooks (when there are any), then the hooks of the agent's registry once
@@ -231,9 +262,9 @@ export const lazyRunners = (
   global: LoopHooksShape | undefined,
   perAgent: () => LoopHooksShape | undefined
 ): HookRunners => {
-  const own = Effect.suspend(() => {
+  const own: ListsReader = () => {
     const hooks = perAgent()
-    return hooks === undefined ? Effect.succeed(emptyLists) : snapshotOf(hooks)
-  })
-  return runnersOf(global === undefined ? [own] : [snapshotOf(global), own])
+    return hooks === undefined ? emptyLists : readerOf(hooks)()
+  }
+  return runnersOf(global === undefined ? [own] : [readerOf(global), own])
 }

@@ -51,7 +51,8 @@ export const resolveRoute = (state: DriverState, ctx: TurnContext, step: number)
       ...(system !== undefined ? { system } : {}),
       ...(settings !== undefined ? { settings } : {})
     }
-    const hooked = yield* Effect.interruptible(deps.hooks.runRequest({ agent: deps.agent(), turn: ctx.turn, step }, route))
+    // the hooks run interruptible (their runner makes them so)
+    const hooked = yield* deps.hooks.runRequest({ agent: deps.agent(), turn: ctx.turn, step }, route)
     return Option.some(hooked)
   })
 
@@ -181,9 +182,7 @@ export const callModel = (state: DriverState, ctx: TurnContext, step: number, re
   modelRetry.retrying(() => attemptModel(state, ctx, step, request), {
     policy: { maxRetries: state.deps.options.maxRequestRetries ?? 3 },
     decide: ({ attempt, error }) =>
-      Effect.interruptible(
-        state.deps.hooks.runRequestError({ agent: state.deps.agent(), turn: ctx.turn, step, error, attempt })
-      ),
+      state.deps.hooks.runRequestError({ agent: state.deps.agent(), turn: ctx.turn, step, error, attempt }),
     onRetry: ({ attempt, delay, error }) =>
       state.deps.emit(
         AgentEvent.ModelRetry({ agent: state.deps.id, turn: ctx.turn, step, attempt, code: error.code, delay })

@@ -142,9 +142,8 @@ function* enterStep(state: DriverState, ctx: TurnContext, step: number, extra: R
   const peeked = yield* deps.inbox.peek(step === 1 ? "turn" : "step")
   // OUT-02: a correction message is proposed with the inbox's batch (it is no inbox message)
   const proposed = extra.length === 0 ? peeked : [...peeked, ...extra]
-  const decision = yield* Effect.interruptible(
-    deps.hooks.runPreStep({ agent: deps.agent(), turn: ctx.turn, step }, proposed)
-  )
+  // the hooks run interruptible (their runner makes them so)
+  const decision = yield* deps.hooks.runPreStep({ agent: deps.agent(), turn: ctx.turn, step }, proposed)
   if (decision.kind === "reject") {
     if (peeked.length > 0) {
       yield* asWriteFailure(deps.inbox.reject(peeked.map((m) => m.id), { guard: () => !isCanceled() }))
@@ -301,7 +300,7 @@ const turnBody = (state: DriverState, ctx: TurnContext) =>
       if (hasNextStep()) continue
       if (hadCalls && !concludes) continue
       // the turn is about to stop: turnStopping hooks may steer it on
-      yield* Effect.interruptible(deps.hooks.runTurnStopping({ agent, turn: ctx.turn }))
+      yield* deps.hooks.runTurnStopping({ agent, turn: ctx.turn })
       if (hasNextStep()) continue
       if (maxTokens) return { kind: "max-tokens" } as TurnEndReason
       // OUT-01/02: a typed turn completes with an answer that decodes, else corrects or fails (a
