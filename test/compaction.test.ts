@@ -189,7 +189,7 @@ describe("compaction, pure parts (CMP-01)", () => {
         { upTo: 1, summary: 3, usage: {} },
         { upTo: 1, summary: "s" },
         { upTo: 1, summary: "s", usage: { inputTokens: -1 } },
-        { upTo: 1, summary: "s", usage: {}, extra: true }
+        { upTo: -1, summary: "s", usage: {}, extra: true }
       ]
       assert.isTrue(Either.isRight(codec.coreEvent({ type: "session/compacted", data: good })))
       const read = codec.storedEvent({ seq: 7, time: 0, type: "session/compacted", data: good }, 7)
@@ -205,6 +205,11 @@ describe("compaction, pure parts (CMP-01)", () => {
         assert.isTrue(Either.isLeft(stored) && stored.left._tag === "Invalid", JSON.stringify(data))
         assert.isUndefined(codec.acceptParsedEvent(record(0, data), 0))
       }
+      // DUR-00: valid but for a field this version does not know: refused at append, a newer version's at read
+      const newer = { upTo: 1, summary: "s", usage: {}, extra: true }
+      assert.isTrue(Either.isLeft(codec.coreEvent({ type: "session/compacted", data: newer } as never)))
+      const read2 = codec.storedEvent({ seq: 0, time: 0, type: "session/compacted", data: newer }, 0)
+      assert.isTrue(Either.isLeft(read2) && read2.left._tag === "Unsupported")
       // custom appends may not use it (SES-00): only the loop and agent.compact write it
       assert.isTrue(Either.isLeft(codec.customInput({ type: "session/compacted", data: good })))
     })

@@ -56,7 +56,13 @@ const refused: ReadonlyArray<Input> = [
   { type: "tool/input-provided", data: { turn: 1, step: 1, callId: "c", requestId: "q", outcome: "provided" } },
   { type: "tool/input-provided", data: { turn: 1, step: 1, callId: "c", requestId: "q", outcome: "declined", value: 1 } },
   { type: "tool/child", data: { turn: 1, step: 1, callId: "c", child: "no spaces allowed" } },
-  { type: "tool/child", data: { turn: 1, step: 1, callId: "c", child: "ok", extra: true } }
+  { type: "tool/child", data: { turn: 1, step: 1, callId: "c", child: "no spaces allowed", extra: true } }
+]
+
+/** Valid but for a field this version does not know: refused at append, a newer version's at read (DUR-00). */
+const newer: ReadonlyArray<Input> = [
+  { type: "tool/child", data: { turn: 1, step: 1, callId: "c", child: "ok", extra: true } },
+  { type: "tool/approval-decided", data: { turn: 1, step: 1, callId: "c", decision: "approved", initiator: null, note: "" } }
 ]
 
 const stamp = (inputs: ReadonlyArray<Input>): ReadonlyArray<SessionEvent.SessionEvent> =>
@@ -142,6 +148,12 @@ describe("session format v3 (DUR-00)", () => {
       assert.isTrue(Either.isLeft(codec.coreEvent({ type, data } as SessionEvent.CoreEventInput)), label)
       const stored = codec.storedEvent({ seq: 0, time: 0, type, data }, 0)
       assert.isTrue(Either.isLeft(stored) && stored.left._tag === "Invalid", label)
+    }
+    for (const { data, type } of newer) {
+      const label = `${type} ${JSON.stringify(data)}`
+      assert.isTrue(Either.isLeft(codec.coreEvent({ type, data } as SessionEvent.CoreEventInput)), label)
+      const stored = codec.storedEvent({ seq: 0, time: 0, type, data }, 0)
+      assert.isTrue(Either.isLeft(stored) && stored.left._tag === "Unsupported", label)
     }
   })
 

@@ -12,8 +12,14 @@ import * as SessionEvent from "../../SessionEvent.js"
 import { deepFreeze, isLosslessParsedJson, MAX_DEPTH, snapshot } from "../json.js"
 
 const strict = { onExcessProperty: "error", errors: "first" } as const
+/** The known fields only: what a record is worth to this version once its unknown fields are set aside. */
+const lenient = { onExcessProperty: "ignore", errors: "first" } as const
+/** Every unknown field at once, to name them all (used only on a record that is refused anyway). */
+const allExcess = { onExcessProperty: "error", errors: "all" } as const
 const decodeHeaderStrict = Schema.decodeUnknownEither(SessionEvent.SessionHeader, strict)
+const decodeHeaderLenient = Schema.decodeUnknownEither(SessionEvent.SessionHeader, lenient)
 const decodeEnvelope = Schema.decodeUnknownEither(SessionEvent.Envelope, strict)
+const decodeEnvelopeLenient = Schema.decodeUnknownEither(SessionEvent.Envelope, lenient)
 
 /** The schema of each core type's `data`, taken from the event schemas themselves. */
 const coreDataSchemas: { readonly [T in SessionEvent.CoreType]: Schema.Schema<any, any, never> } = {
@@ -35,11 +41,42 @@ const coreDataSchemas: { readonly [T in SessionEvent.CoreType]: Schema.Schema<an
   "tool/child": SessionEvent.ToolChild.fields.data
 }
 
-const coreDataDecoders = Object.fromEntries(
-  Object.entries(coreDataSchemas).map(([type, schema]) => [type, Schema.decodeUnknownEither(schema, strict)])
-) as { readonly [T in SessionEvent.CoreType]: (u: unknown) => Either.Either<unknown, ParseResult.ParseError> }
+type Decoder = (u: unknown) => Either.Either<unknown, ParseResult.ParseError>
+
+const decodersOf = (options: typeof strict | typeof lenient) =>
+  Object.fromEntries(
+    Object.entries(coreDataSchemas).map(([type, schema]) => [type, Schema.decodeUnknownEither(schema, options)])
+  ) as { readonly [T in SessionEvent.CoreType]: Decoder }
+
+const coreDataDecoders = decodersOf(strict)
+const coreDataLenientDecoders = decodersOf(lenient)
 
 const formatError = (error: ParseResult.ParseError): string => ParseResult.TreeFormatter.formatErrorSync(error)
+
+/** `data.message.content[0].mood`: a path as a reader of the record would write it. */
+const pathText = (root: string, path: ReadonlyArray<PropertyKey>): string =>
+  path.reduce<string>(
+    (text, key) => typeof key === "number" ? `${text}[${key}]` : `${text}.${String(key)}`,
+    root
+  )
+
+/**
+ * The fields `schema` does not know in `value`, a value it accepts once they are ignored: every
+ * path strict decoding reports as unexpected (DUR-00, "newer, not corrupt").
+ */
+const unknownFields = (schema: Schema.Schema<any, any, never>, value: unknown, root: string): ReadonlyArray<string> => {
+  const decoded = Schema.decodeUnknownEither(schema, allExcess)(value)
+  if (Either.isRight(decoded)) return []
+  const paths = ParseResult.ArrayFormatter.formatErrorSync(decoded.left)
+    .filter((issue) => issue._tag === "Unexpected")
+    .map((issue) => pathText(root, issue.path))
+  return [...new Set(paths)]
+}
+
+/** The wording of a record refused for fields this version does not know. */
+const unknownFieldsReason = (fields: ReadonlyArray<string>): string =>
+  `${fields.length === 1 ? "field" : "fields"} ${fields.join(", ")} unknown to this version: a newer ` +
+  "effect-agent wrote it (the record is otherwise valid: it is not corrupt)"
 
 /** Why an event's type or data was refused. @internal */
 export type RecordProblem =
@@ -79,13 +116,31 @@ const eventData = (type: string, data: unknown): Either.Either<SessionEvent.Json
   if (SessionEvent.isCoreType(type)) {
     if (isCoreData(type, copied.value)) return Either.right(copied.value)
     const decoded = coreDataDecoders[type](copied.value)
-    if (Either.isLeft(decoded)) return invalid(`data of ${type}: ${formatError(decoded.left)}`)
+    if (Either.isLeft(decoded)) return coreDataProblem(type, copied.value, decoded.left)
     return Either.right(copied.value)
   }
   if (SessionEvent.isReservedType(type)) return Either.left({ _tag: "Unsupported", reason: `unknown core event type ${JSON.stringify(type)}` })
   const problem = customTypeProblem(type)
   if (problem !== undefined) return invalid(`event type ${JSON.stringify(type)}: ${problem}`)
   return Either.right(copied.value)
+}
+
+/**
+ * Why strictly decoded core data was refused: invalid when its known fields are (that is damage,
+ * whatever else it holds), unsupported when only fields this version does not know stand in the
+ * way (DUR-00, "newer, not corrupt": a newer version added them on purpose).
+ */
+const coreDataProblem = (
+  type: SessionEvent.CoreType,
+  data: SessionEvent.JsonValue,
+  error: ParseResult.ParseError
+): Either.Either<never, RecordProblem> => {
+  if (Either.isLeft(coreDataLenientDecoders[type](data))) return invalid(`data of ${type}: ${formatError(error)}`)
+  const fields = unknownFields(coreDataSchemas[type], data, "$.data")
+  // an unexpected issue is the only way strict can refuse what lenient accepts; should a later
+  // Schema find another, the record is still refused, as invalid
+  if (fields.length === 0) return invalid(`data of ${type}: ${formatError(error)}`)
+  return Either.left({ _tag: "Unsupported", reason: `${type}: ${unknownFieldsReason(fields)}` })
 }
 
 /** @internal */
@@ -143,18 +198,33 @@ export const coreEvent = (
  */
 export const storedEvent = (raw: unknown, expectedSeq: number): Either.Either<SessionEvent.SessionEvent, RecordProblem> => {
   let envelope: Either.Either<typeof SessionEvent.Envelope.Type, ParseResult.ParseError>
+  // DUR-00: fields beside seq, time, type and data are a newer version's, once the four are valid
+  let unknownTop: ReadonlyArray<string> = []
   try {
     envelope = decodeEnvelope(raw)
+    if (Either.isLeft(envelope)) {
+      const known = decodeEnvelopeLenient(raw)
+      if (Either.isLeft(known)) return invalid(formatError(envelope.left))
+      unknownTop = unknownFields(SessionEvent.Envelope, raw, "$")
+      if (unknownTop.length === 0) return invalid(formatError(envelope.left))
+      envelope = known
+    }
   } catch (e) {
     return invalid(`reading the record threw (${String(e)})`)
   }
-  if (Either.isLeft(envelope)) return invalid(formatError(envelope.left))
   const { data, seq, time, type } = envelope.right
   if (seq !== expectedSeq) {
     return invalid(`seq ${seq} where ${expectedSeq} was expected (seqs are contiguous from 0)`)
   }
   const checked = eventData(type, data)
-  if (Either.isLeft(checked)) return Either.left(checked.left)
+  if (Either.isLeft(checked)) {
+    return checked.left._tag === "Unsupported"
+      ? Either.left({ _tag: "Unsupported", reason: `the event of seq ${seq}, ${checked.left.reason}` })
+      : Either.left(checked.left)
+  }
+  if (unknownTop.length > 0) {
+    return Either.left({ _tag: "Unsupported", reason: `the event of seq ${seq}, ${type}: ${unknownFieldsReason(unknownTop)}` })
+  }
   return Either.right(Object.freeze({ seq, time, type, data: checked.right }) as SessionEvent.SessionEvent)
 }
 
@@ -455,8 +525,9 @@ export const acceptParsedEvent = (raw: unknown, expectedSeq: number): SessionEve
   isSurelyValid(raw, expectedSeq) ? deepFreeze(raw) : undefined
 
 /**
- * Validates a stored header: a higher version of our format is unsupported (EVT-04), anything else
- * that is not a valid version-1 header is invalid.
+ * Validates a stored header: a higher version of our format is unsupported (EVT-04), and so is a
+ * valid header with fields this version does not know (DUR-00); anything else that is not a valid
+ * header is invalid.
  *
  * @internal
  */
@@ -476,7 +547,15 @@ export const storedHeader = (raw: unknown): Either.Either<SessionEvent.SessionHe
     return Either.left({ _tag: "Invalid", reason: `${checked.problem.path}: ${checked.problem.reason}` })
   }
   const decoded = decodeHeaderStrict(checked.value)
-  if (Either.isLeft(decoded)) return Either.left({ _tag: "Invalid", reason: formatError(decoded.left) })
+  if (Either.isLeft(decoded)) {
+    // DUR-00: a header whose known fields are valid refuses only for fields a newer version added
+    const fields = Either.isRight(decodeHeaderLenient(checked.value))
+      ? unknownFields(SessionEvent.SessionHeader, checked.value, "$")
+      : []
+    return fields.length > 0
+      ? Either.left({ _tag: "Unsupported", reason: `the header: ${unknownFieldsReason(fields)}` })
+      : Either.left({ _tag: "Invalid", reason: formatError(decoded.left) })
+  }
   return Either.right(checked.value as unknown as SessionEvent.SessionHeader)
 }
 
