@@ -8,7 +8,14 @@ import { Effect, Ref } from "effect"
 import type { Scope } from "effect"
 import type { AgentInactive, ModelError } from "../../AgentError.js"
 import type { UserMessage } from "../../Message.js"
-import type { LoopHooksShape, PreStepDecision, Route, StepInfo } from "../../Tool.js"
+import type {
+  LoopHookLists,
+  LoopHookRegistration,
+  LoopHooksShape,
+  PreStepDecision,
+  Route,
+  StepInfo
+} from "../../Tool.js"
 import { checkActive } from "./tools.js"
 
 /** @internal */
@@ -21,26 +28,18 @@ export type RequestErrorHook = Parameters<LoopHooksShape["requestError"]>[0]
 export type TurnStoppingHook = Parameters<LoopHooksShape["turnStopping"]>[0]
 
 /**
- * One registration. The wrapper gives it an identity, so registering the same function twice
- * gives two registrations, each removed by its own Scope.
+ * One registration (the public `LoopHookRegistration`).
  *
  * @internal
  */
-export interface Registration<F> {
-  readonly hook: F
-}
+export type Registration<F> = LoopHookRegistration<F>
 
 /**
- * The hooks of one registry, each kind in registration order.
+ * The hooks of one registry, each kind in registration order (the public `LoopHookLists`).
  *
  * @internal
  */
-export interface HookLists {
-  readonly preStep: ReadonlyArray<Registration<PreStepHook>>
-  readonly request: ReadonlyArray<Registration<RequestHook>>
-  readonly requestError: ReadonlyArray<Registration<RequestErrorHook>>
-  readonly turnStopping: ReadonlyArray<Registration<TurnStoppingHook>>
-}
+export type HookLists = LoopHookLists
 
 /**
  * What the driver runs at each hook point.
@@ -69,22 +68,13 @@ export interface HookRunners {
 }
 
 /**
- * A hook registry: the public shape, its runners, and a snapshot of its hooks.
+ * A hook registry: the public shape (its hooks read through `list`) and its runners.
  *
  * @internal
  */
-export interface LoopHooksInstance extends LoopHooksShape, HookRunners {
-  readonly snapshot: Effect.Effect<HookLists>
-}
+export interface LoopHooksInstance extends LoopHooksShape, HookRunners {}
 
 const emptyLists: HookLists = { preStep: [], request: [], requestError: [], turnStopping: [] }
-
-// The snapshot of each instance, so `combineHooks` can read a `LoopHooksShape` it got from a tag.
-const snapshots = new WeakMap<LoopHooksShape, Effect.Effect<HookLists>>()
-
-const snapshotOf = (hooks: LoopHooksShape): Effect.Effect<HookLists> =>
-  snapshots.get(hooks) ??
-    Effect.dieMessage("LoopHooks: this instance was not built by effect-agent (use Tool.layerGlobalHooks)")
 
 const concat = (lists: ReadonlyArray<HookLists>): HookLists => {
   if (lists.length === 1 && lists[0] !== undefined) return lists[0]
@@ -195,21 +185,19 @@ export const makeLoopHooks = (options: {
       )
     ).pipe(Effect.asVoid, Effect.withSpan(span))
 
-  const snapshot = Ref.get(lists)
-  const runners = new Runners(snapshot)
-  const instance: LoopHooksInstance = {
+  const list = Ref.get(lists)
+  const runners = new Runners(list)
+  return {
     preStep: add("preStep", "LoopHooks.preStep"),
     request: add("request", "LoopHooks.request"),
     requestError: add("requestError", "LoopHooks.requestError"),
     turnStopping: add("turnStopping", "LoopHooks.turnStopping"),
-    snapshot,
+    list,
     runPreStep: (info, messages) => runners.runPreStep(info, messages),
     runRequest: (info, route) => runners.runRequest(info, route),
     runRequestError: (info) => runners.runRequestError(info),
     runTurnStopping: (info) => runners.runTurnStopping(info)
   }
-  snapshots.set(instance, snapshot)
-  return instance
 }
 
 /**
@@ -219,7 +207,7 @@ export const makeLoopHooks = (options: {
  * @internal
  */
 export const combineHooks = (global: LoopHooksShape | undefined, perAgent: LoopHooksShape): HookRunners =>
-  runnersOf(global === undefined ? [snapshotOf(perAgent)] : [snapshotOf(global), snapshotOf(perAgent)])
+  runnersOf(global === undefined ? [perAgent.list] : [global.list, perAgent.list])
 
 /**
  * Runners over the global hooks (when there are any), then the hooks of the agent's registry once
@@ -233,7 +221,7 @@ export const lazyRunners = (
 ): HookRunners => {
   const own = Effect.suspend(() => {
     const hooks = perAgent()
-    return hooks === undefined ? Effect.succeed(emptyLists) : snapshotOf(hooks)
+    return hooks === undefined ? Effect.succeed(emptyLists) : hooks.list
   })
-  return runnersOf(global === undefined ? [own] : [snapshotOf(global), own])
+  return runnersOf(global === undefined ? [own] : [global.list, own])
 }
