@@ -525,6 +525,40 @@ export interface LoopHooksShape {
   readonly turnStopping: (
     f: (info: { readonly agent: Agent; readonly turn: number }) => Effect.Effect<void, unknown>
   ) => Effect.Effect<void, AgentInactive, Scope.Scope>
+  /**
+   * The hooks registered now, each kind in registration order: what the runtime runs at each hook
+   * point (read afresh at every point). An object that spreads a registry and replaces a method
+   * keeps the registry's `list`, so its hooks run as the registry's own do (ARCH-01). Synchronous:
+   * the lists are replaced on each change, never changed in place, so a hook point with nothing
+   * registered costs no Effect operation (PERF-01).
+   *
+   * @since 0.3.0
+   */
+  readonly list: () => LoopHookLists
+}
+
+/**
+ * One registered hook. Registering the same function twice gives two registrations, each removed
+ * by its own Scope.
+ *
+ * @since 0.3.0
+ * @category hooks
+ */
+export interface LoopHookRegistration<F> {
+  readonly hook: F
+}
+
+/**
+ * The hooks of one registry, each kind in registration order ({@link LoopHooksShape.list}).
+ *
+ * @since 0.3.0
+ * @category hooks
+ */
+export interface LoopHookLists {
+  readonly preStep: ReadonlyArray<LoopHookRegistration<Parameters<LoopHooksShape["preStep"]>[0]>>
+  readonly request: ReadonlyArray<LoopHookRegistration<Parameters<LoopHooksShape["request"]>[0]>>
+  readonly requestError: ReadonlyArray<LoopHookRegistration<Parameters<LoopHooksShape["requestError"]>[0]>>
+  readonly turnStopping: ReadonlyArray<LoopHookRegistration<Parameters<LoopHooksShape["turnStopping"]>[0]>>
 }
 
 /**

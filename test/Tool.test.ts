@@ -324,9 +324,9 @@ describe("Loop hooks", () => {
       yield* own.request(rename).pipe(Scope.extend(scope))
       yield* own.request(rename)
       yield* own.preStep(() => Effect.succeed({ kind: "reject", reason: "no" })).pipe(Scope.extend(scope))
-      assert.strictEqual((yield* own.snapshot).request.length, 2)
+      assert.strictEqual(own.list().request.length, 2)
       yield* Scope.close(scope, Exit.void)
-      const lists = yield* own.snapshot
+      const lists = own.list()
       assert.strictEqual(lists.request.length, 1)
       assert.strictEqual(lists.preStep.length, 0)
       assert.strictEqual((yield* own.runPreStep(info, [])).kind, "enter")
@@ -339,7 +339,7 @@ describe("Loop hooks", () => {
       const error = yield* Effect.flip(own.turnStopping(() => Effect.void))
       assert.strictEqual(error._tag, "AgentInactive")
       assert.strictEqual(error.id, "agent-2")
-      assert.strictEqual((yield* own.snapshot).turnStopping.length, 0)
+      assert.strictEqual(own.list().turnStopping.length, 0)
     }))
 
   it.scoped("hooks registered after the runners were combined apply from the next hook point", () =>

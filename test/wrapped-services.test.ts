@@ -14,6 +14,7 @@ import { createServer, type Server } from "node:http"
 import type { Agent } from "../src/Agent.js"
 import * as AgentHost from "../src/AgentHost.js"
 import * as AgentLoop from "../src/AgentLoop.js"
+import * as AgentRuntime from "../src/AgentRuntime.js"
 import * as Registry from "../src/AgentRegistry.js"
 import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as HttpApi from "../src/HttpApi.js"
@@ -21,7 +22,9 @@ import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import type { Session } from "../src/Session.js"
 import * as SessionGateway from "../src/SessionGateway.js"
+import * as SessionPersistence from "../src/SessionPersistence.js"
 import * as SessionStore from "../src/SessionStore.js"
+import * as Tool from "../src/Tool.js"
 import { hostOver, nextEvent, stores } from "./fixtures/host.js"
 import { gatewayOver, openEvents } from "./fixtures/httpServer.js"
 import { route } from "./fixtures/runtime.js"
@@ -88,6 +91,42 @@ const delegatingSession = (session: Session): Session => ({
 })
 
 describe("wrapped services", () => {
+  it.scoped("ARCH-01 a wrapped LoopHooks: hooks registered through a spread with one method replaced run in a turn, as through the original", () =>
+    Effect.gen(function*() {
+      const registrations = yield* Ref.make(0)
+      const trace: Array<string> = []
+      const model = yield* Model.scripted([Model.text("ok")])
+      const storage = yield* SessionPersistence.makeMemoryStorage
+      // the user's global hooks: the library's registry with `request` counted (a spread, no class)
+      const wrappedHooks = Layer.effect(
+        Tool.LoopHooks,
+        Effect.map(Tool.LoopHooks, (hooks) =>
+          Tool.LoopHooks.of({
+            ...hooks,
+            request: (f) => Effect.zipRight(Ref.update(registrations, (n) => n + 1), hooks.request(f))
+          }))
+      ).pipe(Layer.provide(Tool.layerGlobalHooks))
+      const context = yield* Layer.build(
+        AgentRuntime.layerMemory({ storage }).pipe(Layer.provide(Layer.merge(model.layer, wrappedHooks)))
+      )
+      const hooks = Context.get(context, Tool.LoopHooks)
+      yield* hooks.request((info) =>
+        Effect.sync(() => {
+          trace.push(`request ${info.route.model}`)
+          return { ...info.route, model: "renamed" }
+        })
+      )
+      yield* hooks.turnStopping((info) => Effect.sync(() => trace.push(`turnStopping ${info.turn}`)))
+      assert.strictEqual(yield* Ref.get(registrations), 1)
+      assert.deepStrictEqual(hooks.list().request.length, 1)
+      const { agent } = yield* Context.get(context, AgentRegistry).create({ sessionId: "hooked", options: route })
+      yield* agent.followup(Message.user("go"))
+      yield* agent.whenIdle
+      // the runtime ran what the wrapper registered, as it runs the original's (no defect, no skip)
+      assert.deepStrictEqual(trace, ["request test", "turnStopping 1"])
+      assert.deepStrictEqual((yield* model.requests).map((request) => request.model), ["renamed"])
+    }))
+
   it.scoped("ARCH-01 a wrapped AgentRegistry: the factory's collision check reads the registry that called it", () =>
     Effect.gen(function*() {
       const gets = yield* Ref.make(0)

@@ -71,27 +71,16 @@ export interface HookRunners {
 }
 
 /**
- * A hook registry: the public shape, its runners, and a snapshot of its hooks.
+ * A hook registry: the public shape (its hooks read through `list`) and its runners.
  *
  * @internal
  */
-export interface LoopHooksInstance extends LoopHooksShape, HookRunners {
-  readonly snapshot: Effect.Effect<HookLists>
-}
+export interface LoopHooksInstance extends LoopHooksShape, HookRunners {}
 
 const emptyLists: HookLists = { preStep: [], request: [], requestError: [], turnStopping: [] }
 
 /** Reads a registry's hooks as they are now (synchronous: the lists are replaced, never changed in place). */
 type ListsReader = () => HookLists
-
-// The reader of each instance, so `combineHooks` can read a `LoopHooksShape` it got from a tag.
-const readers = new WeakMap<LoopHooksShape, ListsReader>()
-
-const notOurs: ListsReader = () => {
-  throw new Error("LoopHooks: this instance was not built by effect-agent (use Tool.layerGlobalHooks)")
-}
-
-const readerOf = (hooks: LoopHooksShape): ListsReader => readers.get(hooks) ?? notOurs
 
 const concat = (lists: ReadonlyArray<HookLists>): HookLists => {
   if (lists.length === 1 && lists[0] !== undefined) return lists[0]
@@ -226,20 +215,18 @@ export const makeLoopHooks = (options: {
     ).pipe(Effect.asVoid, Effect.withSpan(span))
 
   const read: ListsReader = () => lists
-  const snapshot = Effect.sync(read)
   const runners = new Runners(read)
   const instance: LoopHooksInstance = {
     preStep: add("preStep", "LoopHooks.preStep"),
     request: add("request", "LoopHooks.request"),
     requestError: add("requestError", "LoopHooks.requestError"),
     turnStopping: add("turnStopping", "LoopHooks.turnStopping"),
-    snapshot,
+    list: read,
     runPreStep: (info, messages) => runners.runPreStep(info, messages),
     runRequest: (info, route) => runners.runRequest(info, route),
     runRequestError: (info) => runners.runRequestError(info),
     runTurnStopping: (info) => runners.runTurnStopping(info)
   }
-  readers.set(instance, read)
   return instance
 }
 
@@ -250,7 +237,7 @@ export const makeLoopHooks = (options: {
  * @internal
  */
 export const combineHooks = (global: LoopHooksShape | undefined, perAgent: LoopHooksShape): HookRunners =>
-  runnersOf(global === undefined ? [readerOf(perAgent)] : [readerOf(global), readerOf(perAgent)])
+  runnersOf(global === undefined ? [perAgent.list] : [global.list, perAgent.list])
 
 /**
  * Runners over the global hooks (when there are any), then the hooks of the agent's registry once
@@ -264,7 +251,7 @@ export const lazyRunners = (
 ): HookRunners => {
   const own: ListsReader = () => {
     const hooks = perAgent()
-    return hooks === undefined ? emptyLists : readerOf(hooks)()
+    return hooks === undefined ? emptyLists : hooks.list()
   }
-  return runnersOf(global === undefined ? [own] : [readerOf(global), own])
+  return runnersOf(global === undefined ? [own] : [global.list, own])
 }
