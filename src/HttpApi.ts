@@ -11,11 +11,11 @@
  * @since 0.2.0
  */
 import type { HttpClient, HttpRouter, HttpServer } from "@effect/platform"
-import { HttpApiClient } from "@effect/platform"
 import type { HttpApi } from "@effect/platform"
 import type { Duration, Effect, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import { Api } from "./internal/http/api.js"
 import type { Action, Principal } from "./internal/http/api.js"
+import * as httpClient from "./internal/http/client.js"
 import * as server from "./internal/http/server.js"
 import * as sse from "./internal/http/sse.js"
 import type { SessionId } from "./Message.js"
@@ -167,14 +167,27 @@ export const layerServer: (
 /**
  * The typed client of the API (`HttpApiClient`): `client.sessions.send({ path: { id }, payload })`
  * and so on; a problem response fails with the error it encodes. `token` is sent as a bearer token.
+ * `sessions.run` and `sessions.turn` fail `TurnFailed` with the partial result for a turn that did
+ * not complete, as `agent.run` does (APP-05; see {@link Client}).
  *
  * @since 0.2.0
  * @category client
  */
-export const client = (options: {
+export const client: (options: {
   readonly baseUrl: string | URL
   readonly token?: Redacted.Redacted | undefined
-}) => HttpApiClient.make(Api, { baseUrl: options.baseUrl, transformClient: sse.withToken(options.token) })
+}) => Effect.Effect<Client, never, HttpClient.HttpClient> = httpClient.make
+
+/**
+ * The typed client (`HttpApiClient`'s, derived from {@link Api}), where `sessions.run` and
+ * `sessions.turn` fail `TurnFailed` (with the whole result as `partial`) for a turn that ended other
+ * than `completed`, as `agent.run` does: over the wire such a turn is a `200` with its `reason`
+ * (APP-05). A run past its wait succeeds with `RunAccepted`.
+ *
+ * @since 0.3.0
+ * @category client
+ */
+export type Client = httpClient.Client
 
 /**
  * The options of {@link events}.

@@ -2,8 +2,12 @@
  * APP-05 over real HTTP on 127.0.0.1: `POST /sessions/:id/runs` and `GET /sessions/:id/turns/:turn`
  * against the host gateway, with `fetch` as the client.
  */
+import { FetchHttpClient } from "@effect/platform"
 import { assert, describe, it } from "@effect/vitest"
 import { Chunk, Deferred, Effect, Fiber, Schema, TestClock } from "effect"
+import * as AgentError from "../src/AgentError.js"
+import * as HttpApi from "../src/HttpApi.js"
+import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import * as Tool from "../src/Tool.js"
 import * as TurnResult from "../src/TurnResult.js"
@@ -170,4 +174,65 @@ describe("APP-05 runs over HTTP", () => {
       assert.strictEqual((yield* served.gateway.summary("bad")).eventCount, before)
       assert.deepStrictEqual(yield* served.model.requests, [])
     }))
+
+  it.scoped("APP-05 the typed client: a completed run is its TurnResult, a failed turn fails TurnFailed with the partial result (runs and turns/:turn), a run past its wait is RunAccepted", () =>
+    Effect.gen(function*() {
+      const holding = yield* Deferred.make<void>()
+      const held = yield* Deferred.make<void>()
+      const openTool = Tool.make({ name: "gate", description: "Opens", parameters: Schema.Struct({}), run: () => Effect.succeed(Tool.text("open")) })
+      const holdTool = Tool.make({
+        name: "hold",
+        description: "Waits",
+        parameters: Schema.Struct({}),
+        run: () => Effect.zipRight(Deferred.succeed(holding, undefined), Effect.as(Deferred.await(held), Tool.text("let go")))
+      })
+      const store = yield* fileStore
+      const served = yield* serve(store, [
+        Model.text("fine"),
+        Model.toolCall("g1", "gate", "{}"),
+        Model.fail("AUTH"),
+        Model.toolCall("h1", "hold", "{}"),
+        Model.text("done")
+      ], {
+        host: {
+          setup: (agent) => Effect.zipRight(agent.tools.register(openTool), agent.tools.register(holdTool))
+        }
+      })
+      const client = yield* HttpApi.client({ baseUrl: served.url })
+      yield* client.sessions.create({ path: { id: "typed" }, payload: { options: route } })
+      const completed = yield* client.sessions.run({ path: { id: "typed" }, urlParams: {}, payload: { message: "hi" } })
+      assert.instanceOf(completed, TurnResult.TurnResult)
+      assert.strictEqual((completed as TurnResult.TurnResult).text, "fine")
+      // a turn whose model fails after a tool call: the HTTP call answers 200 with reason error; the client fails
+      const failed = yield* Effect.flip(
+        client.sessions.run({ path: { id: "typed" }, urlParams: {}, payload: { message: "use the gate", id: "f1" } })
+      )
+      assert.strictEqual(failed._tag, "TurnFailed")
+      const turnFailed = failed as AgentError.TurnFailed
+      assert.instanceOf(turnFailed, AgentError.TurnFailed)
+      assert.strictEqual(turnFailed.id, "typed")
+      assert.strictEqual(turnFailed.turn, 2)
+      assert.strictEqual(turnFailed.reason.kind, "error")
+      assert.deepStrictEqual(turnFailed.partial.toolCalls.map((c) => [c.callId, c.result]), [["g1", "open"]])
+      // the same through turns/:turn, read later
+      const read = yield* Effect.flip(client.sessions.turn({ path: { id: "typed", turn: 2 }, urlParams: {} }))
+      assert.strictEqual(read._tag, "TurnFailed")
+      assert.deepStrictEqual((read as AgentError.TurnFailed).partial, turnFailed.partial)
+      const first = yield* client.sessions.turn({ path: { id: "typed", turn: 1 }, urlParams: {} })
+      assert.deepStrictEqual(first, completed)
+      // other failures keep their own typed errors
+      const missing = yield* Effect.flip(client.sessions.turn({ path: { id: "typed", turn: 9 }, urlParams: {} }))
+      assert.strictEqual(missing._tag, "TurnNotFound")
+      // past its wait: RunAccepted, and the turn read once it ended
+      const pending = yield* Effect.fork(
+        client.sessions.run({ path: { id: "typed" }, urlParams: { wait: 1 }, payload: { message: "hold on", id: "w1" } })
+      )
+      yield* Deferred.await(holding)
+      yield* passWait(1)
+      const accepted = yield* Fiber.join(pending)
+      assert.deepStrictEqual(accepted, { _tag: "RunAccepted", messageId: Message.MessageId.make("w1"), turn: 3 })
+      yield* Deferred.succeed(held, undefined)
+      const later = yield* client.sessions.turn({ path: { id: "typed", turn: 3 }, urlParams: { wait: 5 } })
+      assert.strictEqual(later.text, "done")
+    }).pipe(Effect.provide(FetchHttpClient.layer)))
 })
