@@ -46,6 +46,8 @@ export interface Listener<A> {
 /** @internal */
 export interface Feed<A> {
   readonly publish: (value: A) => Effect.Effect<void>
+  /** `publish` done now, in the caller's step (a hot path that is already in an Effect, PERF-01). */
+  readonly unsafePublish: (value: A) => void
   readonly publishAll: (values: Iterable<A>) => Effect.Effect<void>
   /** Ends every subscriber stream after what was already published; later publications are dropped. */
   readonly end: Effect.Effect<void>
@@ -181,6 +183,10 @@ class FeedImpl<A> implements Feed<A> {
   // and before it ran gets it
   publish(value: A): Effect.Effect<void> {
     return Effect.sync(() => this.deliverOne(value))
+  }
+
+  unsafePublish(value: A): void {
+    this.deliverOne(value)
   }
 
   publishAll(values: Iterable<A>): Effect.Effect<void> {

@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import { Context, Deferred, Effect, FiberRef, Option, Ref, RuntimeFlags, Scope } from "effect"
+import { Context, Deferred, Effect, FiberRef, FiberRefs, Option, Ref, RuntimeFlags, Scope } from "effect"
 import type { Fiber, Tracer } from "effect"
 import { currentInitiatorRef } from "./initiator.js"
 import type { Agent, AgentHandle, CreateOptions, ResumeOptions } from "../../Agent.js"
@@ -92,7 +92,8 @@ interface RegistryState {
   readonly entries: lifecycle.LifecycleRegistry<Agent, Option.Option<ParentLink>>
   readonly sessionStartHooks: Ref.Ref<ReadonlyArray<SessionStartHook>>
   readonly slot: Ref.Ref<Option.Option<Installation>>
-  readonly gate: Ref.Ref<RegionGate>
+  /** Changed in one synchronous step at a time (what a `Ref` gives, read without an Effect, PERF-01). */
+  gate: RegionGate
   /** This registry's region nesting depth of the current fiber (inherited by forked children). */
   readonly depthRef: FiberRef.FiberRef<number>
 }
@@ -323,38 +324,53 @@ const resumeOrCreateWith = <E, R>(s: RegistryState, publisher: AgentPublisher, o
 // -------------------------------------------------------------------------------------------------
 // Initiator regions (INIT-01..06)
 
-const enterRegion = (s: RegistryState) =>
-  Effect.flatten(
-    Ref.modify(s.gate, (state): [Effect.Effect<void, AgentError.InitiatorScopeClosed>, RegionGate] =>
-      state.closed
-        ? [Effect.fail(new AgentError.InitiatorScopeClosed()), state]
-        : [Effect.void, { ...state, active: state.active + 1 }]
-    )
-  )
-
-const leaveRegion = (s: RegistryState) =>
-  Effect.flatMap(
-    Ref.modify(s.gate, (state): [Deferred.Deferred<void> | undefined, RegionGate] => {
-      const next: RegionGate = { ...state, active: state.active - 1 }
-      return [state.drain !== undefined && next.active <= state.drain.depth ? state.drain.done : undefined, next]
-    }),
-    (done) => (done === undefined ? Effect.void : Deferred.succeed(done, undefined))
-  )
-
-/** INIT-01: `self` as `initiator`'s work, in a region the registry's close awaits (INIT-05). */
-const regionOf = (s: RegistryState) => {
-  const entered = enterRegion(s)
-  const left = leaveRegion(s)
-  return <A, E, R>(
-    initiator: Option.Option<Agent>,
-    self: Effect.Effect<A, E, R>
-  ): Effect.Effect<A, E | AgentError.InitiatorScopeClosed, R> =>
-    Effect.acquireUseRelease(
-      entered,
-      () => self.pipe(Effect.locally(currentInitiatorRef, initiator), Effect.locallyWith(s.depthRef, (n) => n + 1)),
-      () => left
-    )
+/** Leaves a region: the close's wait ends when the regions it waits for are done (INIT-05). */
+const leaveRegion = (s: RegistryState): Effect.Effect<void> => {
+  const state = s.gate
+  const next: RegionGate = { ...state, active: state.active - 1 }
+  s.gate = next
+  return state.drain !== undefined && next.active <= state.drain.depth
+    ? Deferred.succeed(state.drain.done, undefined)
+    : Effect.void
 }
+
+/** The initiator and the region depth of the current fiber, both set in one step. */
+const setRegionRefs = (
+  s: RegistryState,
+  initiator: Option.Option<Agent>,
+  depth: number
+): Effect.Effect<void> =>
+  Effect.updateFiberRefs((fiberId, refs) =>
+    FiberRefs.updateAs(FiberRefs.updateAs(refs, { fiberId, fiberRef: currentInitiatorRef, value: initiator }), {
+      fiberId,
+      fiberRef: s.depthRef,
+      value: depth
+    })
+  )
+
+/**
+ * INIT-01: `self` as `initiator`'s work, in a region the registry's close awaits (INIT-05): what
+ * `acquireUseRelease` with `Effect.locally` of both FiberRefs does — enter (refused once closed), set,
+ * run `self` restorably, then restore the two refs and leave whatever its exit — in a few steps
+ * instead of ≈60 operations per call (the drain wraps every turn in it, PERF-01).
+ */
+const regionOf = (s: RegistryState) =>
+<A, E, R>(
+  initiator: Option.Option<Agent>,
+  self: Effect.Effect<A, E, R>
+): Effect.Effect<A, E | AgentError.InitiatorScopeClosed, R> =>
+  Effect.uninterruptibleMask((restore) =>
+    Effect.withFiberRuntime<A, E | AgentError.InitiatorScopeClosed, R>((fiber) => {
+      if (s.gate.closed) return Effect.fail(new AgentError.InitiatorScopeClosed())
+      s.gate = { ...s.gate, active: s.gate.active + 1 }
+      const before = fiber.getFiberRef(currentInitiatorRef)
+      const depth = fiber.getFiberRef(s.depthRef)
+      return Effect.zipRight(
+        setRegionRefs(s, initiator, depth + 1),
+        Effect.onExit(restore(self), () => Effect.zipRight(setRegionRefs(s, before, depth), leaveRegion(s)))
+      )
+    })
+  )
 
 /**
  * INIT-05/06: when the registry's Scope closes, refuse new regions and await those in flight, minus
@@ -364,11 +380,13 @@ const closeRegions = (s: RegistryState) =>
   Effect.gen(function*() {
     const depth = yield* FiberRef.get(s.depthRef)
     const done = yield* Deferred.make<void>()
-    const mustWait = yield* Ref.modify(s.gate, (state): [boolean, RegionGate] =>
-      state.active > depth
-        ? [true, { closed: true, active: state.active, drain: { depth, done } }]
-        : [false, { ...state, closed: true }]
-    )
+    const mustWait = yield* Effect.sync(() => {
+      const state = s.gate
+      s.gate = state.active > depth
+        ? { closed: true, active: state.active, drain: { depth, done } }
+        : { ...state, closed: true }
+      return state.active > depth
+    })
     if (mustWait) yield* Deferred.await(done)
     yield* s.feed.end
   })
@@ -476,7 +494,7 @@ export const makeWithPublisher = (options?: Options): Effect.Effect<
       }),
       sessionStartHooks: yield* Ref.make<ReadonlyArray<SessionStartHook>>([]),
       slot: yield* Ref.make(Option.none<Installation>()),
-      gate: yield* Ref.make<RegionGate>({ closed: false, active: 0, drain: undefined }),
+      gate: { closed: false, active: 0, drain: undefined },
       depthRef: FiberRef.unsafeMake(0)
     }
     const publisher = publisherOf(s)

@@ -7,7 +7,7 @@
  * @internal
  */
 import type { Tracer } from "effect"
-import { Cause, Chunk, Effect, Exit, Option, Stream } from "effect"
+import { Cause, Channel, Chunk, Effect, Either, Exit, Option, Scope, Stream } from "effect"
 import type * as AgentError from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
 import type { ModelChunk, ModelRequest } from "../../../Model.js"
@@ -96,6 +96,28 @@ const onChunk = (state: DriverState, ctx: TurnContext, step: number, collected: 
 }
 
 /**
+ * Pulls `stream` chunk by chunk into `handle`, interruptibly, in a Scope of its own closed with the
+ * outcome (the stream's finalizers run then, as with `Stream.runForEachChunk`, same order). The
+ * channel's pull on a `Scope.make`d scope instead of `Effect.scoped` + `Stream.toPull`: the same
+ * steps with ≈60 fewer Effect operations per request (PERF-01).
+ */
+const pullAll = <E>(
+  stream: Stream.Stream<ModelChunk, E>,
+  handle: (chunk: Chunk.Chunk<ModelChunk>) => Effect.Effect<void>
+): Effect.Effect<void, E> =>
+  Effect.flatMap(Scope.make(), (scope) =>
+    Effect.onExit(
+      Effect.interruptible(Effect.flatMap(Channel.toPullIn(Stream.toChannel(stream), scope), (pull) => {
+        const loop: Effect.Effect<void, E> = Effect.flatMap(
+          pull,
+          (next) => Either.isRight(next) ? Effect.flatMap(handle(next.right), () => loop) : Effect.void
+        )
+        return loop
+      })),
+      (exit) => Scope.close(scope, exit)
+    ))
+
+/**
  * OBS-02: an attempt's latency (and, when it succeeded, the tokens reported) by provider and model;
  * OBS-01: the usage on its span.
  */
@@ -145,15 +167,7 @@ const attemptBody = (
     ctx.streaming = true
     const collected: Collected = { calls: [], finish: undefined }
     const handle = onChunk(state, ctx, step, collected)
-    // pulled chunk by chunk in a scope (cheaper than `Stream.runForEach*`, same order and finalization)
-    const drained = Effect.scoped(Effect.flatMap(Stream.toPull(state.deps.model.stream(request)), (pull) => {
-      const loop: Effect.Effect<void, AgentError.ModelError> = Effect.matchEffect(pull, {
-        onFailure: (error) => Option.isNone(error) ? Effect.void : Effect.fail(error.value),
-        onSuccess: (chunk) => Effect.flatMap(handle(chunk), () => loop)
-      })
-      return loop
-    }))
-    const exit = yield* Effect.exit(Effect.interruptible(drained))
+    const exit = yield* Effect.exit(pullAll(state.deps.model.stream(request), handle))
     if (Exit.isSuccess(exit)) {
       ctx.streaming = false
       recordAttempt(state, request, started, "ok", collected.finish?.usage, span)
