@@ -289,6 +289,12 @@ export const markBroken = (
 ): Effect.Effect<void> =>
   Effect.suspend(() => {
     if (Option.isNone(state.broken)) state.broken = Option.some(cause)
+    // HIL-03: a `respond` waiting for a question to become live looks again, and fails AgentBroken
+    const book = state.questions
+    if (book?.changed !== undefined) {
+      Deferred.unsafeDone(book.changed, Exit.void)
+      book.changed = undefined
+    }
     // SEC-03: the event says what happened in a short message; a defect itself goes to the log
     const logged = defect === true
       ? Effect.logError(`effect-agent: a background fiber of agent ${state.deps.id} died`, Cause.die(cause))
