@@ -435,6 +435,31 @@ export interface Agent {
       & { readonly childId: SessionId | string; readonly upTo?: number | undefined }
       & Omit<CreateOptions<E, R>, "sessionId" | "fork">
   ) => Effect.Effect<AgentHandle, AgentError.CreateError | E, Scope.Scope | Exclude<R, Scope.Scope>>
+  /**
+   * Answers the question `requestId` that a tool asked with `Tool.ask` (HIL-03): `value` is decoded
+   * with the tool's own Schema (a failure is `InvalidResponse` and writes nothing; the question stays
+   * pending), then `tool/input-provided` is logged and the tool's `ask` returns the decoded value.
+   * The same answer again succeeds with `{duplicate: true}` and writes nothing; another answer to a
+   * settled question fails `InputAlreadyProvided`; an id the session never asked fails
+   * `InputNotFound`. A question that is pending in the log while its tool is being run again after
+   * a restart is answered once the tool reached its `ask` again.
+   *
+   * @since 0.3.0
+   */
+  readonly respond: (
+    requestId: string,
+    value: unknown
+  ) => Effect.Effect<{ readonly duplicate: boolean }, AgentError.RespondError>
+  /**
+   * Declines the question `requestId` (HIL-03): its `ask` fails `QuestionDeclined` (with `reason`,
+   * which the log does not keep). Idempotent as `respond`.
+   *
+   * @since 0.3.0
+   */
+  readonly decline: (
+    requestId: string,
+    options?: { readonly reason?: string | undefined } | undefined
+  ) => Effect.Effect<{ readonly duplicate: boolean }, AgentError.DeclineError>
   /** Per-agent tools, scoped registrations. */
   readonly tools: ToolRegistryShape
   /** Per-agent hooks, scoped registrations. */

@@ -607,3 +607,132 @@ export type RunError = SendError | TurnFailed | MessageDiscarded
  * @category errors
  */
 export type AwaitTurnError = TurnFailed | TurnNotFound | AgentInactive | AgentBroken
+
+/**
+ * `respond` or `decline` named a question this session never asked (HIL-03): nothing was written.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class InputNotFound extends Schema.TaggedError<InputNotFound>("effect-agent/InputNotFound")(
+  "InputNotFound",
+  { sessionId: Schema.String, requestId: Schema.String }
+) {
+  override get message(): string {
+    return `session ${JSON.stringify(this.sessionId)} has no question ${JSON.stringify(this.requestId)}; ` +
+      "use a requestId from agent.pending or an InputRequested event of this session"
+  }
+}
+
+/**
+ * The value given to `respond` does not decode with the question's Schema (HIL-03): nothing was
+ * written and the question is still pending.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class InvalidResponse extends Schema.TaggedError<InvalidResponse>("effect-agent/InvalidResponse")(
+  "InvalidResponse",
+  { sessionId: Schema.String, requestId: Schema.String, reason: Schema.String }
+) {
+  override get message(): string {
+    return `the answer to question ${JSON.stringify(this.requestId)} of session ${JSON.stringify(this.sessionId)} ` +
+      `does not match its schema: ${this.reason}; the question is still pending: answer again with a value its ` +
+      "jsonSchema accepts"
+  }
+}
+
+/**
+ * The question was settled already, otherwise than this call asks (HIL-03, the idempotency ruling):
+ * answered with another value, declined, timed out or canceled (`outcome`). Nothing was written; the
+ * same answer again would have succeeded as a duplicate.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class InputAlreadyProvided extends Schema.TaggedError<InputAlreadyProvided>("effect-agent/InputAlreadyProvided")(
+  "InputAlreadyProvided",
+  {
+    sessionId: Schema.String,
+    requestId: Schema.String,
+    outcome: Schema.Literal("provided", "declined", "canceled", "timeout")
+  }
+) {
+  override get message(): string {
+    return `question ${JSON.stringify(this.requestId)} of session ${JSON.stringify(this.sessionId)} is settled ` +
+      `already (${this.outcome}); a question takes one answer: read the session's log for the one it got`
+  }
+}
+
+/**
+ * What `Tool.ask` fails with when the person declined to answer (`decline`, HIL-03). The tool may
+ * carry on without the answer or fail; the model sees what the tool returns.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class QuestionDeclined extends Schema.TaggedError<QuestionDeclined>("effect-agent/QuestionDeclined")(
+  "QuestionDeclined",
+  { requestId: Schema.String, reason: Schema.optional(Schema.String) }
+) {
+  override get message(): string {
+    return `question ${JSON.stringify(this.requestId)} was declined` +
+      (this.reason !== undefined ? ` (${this.reason})` : "") + "; carry on without the answer or ask differently"
+  }
+}
+
+/**
+ * What `Tool.ask` fails with when its `timeout` passed without an answer (HIL-03): the question is
+ * settled as `timeout` in the log, and a later answer fails `InputAlreadyProvided`.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class QuestionTimedOut extends Schema.TaggedError<QuestionTimedOut>("effect-agent/QuestionTimedOut")(
+  "QuestionTimedOut",
+  { requestId: Schema.String }
+) {
+  override get message(): string {
+    return `question ${JSON.stringify(this.requestId)} got no answer before its timeout; ` +
+      "carry on without the answer, or ask again with a longer timeout"
+  }
+}
+
+/**
+ * `Tool.ask` was used outside a tool call an agent runs (HIL-03): only a tool's `run`, while the
+ * agent's loop runs it, can ask a person.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class AskUnavailable extends Schema.TaggedError<AskUnavailable>("effect-agent/AskUnavailable")(
+  "AskUnavailable",
+  { question: Schema.String }
+) {
+  override get message(): string {
+    return `Tool.ask(${JSON.stringify(this.question.slice(0, 80))}) ran outside a tool call of an agent; ` +
+      "call it inside a tool's run (on the fiber the agent runs it on, or one it forks)"
+  }
+}
+
+/**
+ * What `agent.respond` can fail with (HIL-03).
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type RespondError =
+  | InputNotFound
+  | InvalidResponse
+  | InputAlreadyProvided
+  | AgentInactive
+  | AgentBroken
+  | SessionError.SessionAppendError
+
+/**
+ * What `agent.decline` can fail with (HIL-03).
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type DeclineError = Exclude<RespondError, InvalidResponse>

@@ -12,7 +12,15 @@
 import type { Duration } from "effect"
 import { Data } from "effect"
 import type { MessageId, SessionId, UserMessage } from "./Message.js"
-import type { FinishReason, InboxTarget, TurnEndReason, Usage } from "./SessionEvent.js"
+import type {
+  FinishReason,
+  InboxTarget,
+  InputOutcome,
+  JsonRecord,
+  JsonValue,
+  TurnEndReason,
+  Usage
+} from "./SessionEvent.js"
 
 /**
  * `"idle"` or `"running"` (maintenance counts as idle); `"awaiting-input"` (@since 0.3.0) when its
@@ -141,6 +149,34 @@ export type AgentEvent = Data.TaggedEnum<{
     readonly usage: Usage
     readonly turn?: number | undefined
     readonly step?: number | undefined
+  }
+  /**
+   * HIL-03: a tool asked a question (`Tool.ask`); its `tool/input-requested` is durable
+   * (`seq`). Answer it with `agent.respond(requestId, value)` or `agent.decline(requestId)`.
+   * (@since 0.3.0)
+   */
+  InputRequested: Base & {
+    readonly turn: number
+    readonly step: number
+    readonly callId: string
+    readonly requestId: string
+    readonly question: string
+    readonly jsonSchema: JsonRecord
+    readonly deadline?: number | undefined
+    readonly seq: number
+  }
+  /**
+   * HIL-03: a question was settled (`outcome`: answered, declined, timed out or canceled
+   * with the turn); its `tool/input-provided` is durable (`seq`). (@since 0.3.0)
+   */
+  InputProvided: Base & {
+    readonly turn: number
+    readonly step: number
+    readonly callId: string
+    readonly requestId: string
+    readonly outcome: InputOutcome
+    readonly value?: JsonValue | undefined
+    readonly seq: number
   }
   /** `seq`: the turn's `turn/end`. */
   TurnEnded: Base & Mirrored & { readonly turn: number; readonly reason: TurnEndReason }

@@ -10,12 +10,16 @@ import type { Duration } from "effect"
 import type { Agent, AgentOptions, Setup } from "./Agent.js"
 import type {
   AgentInactive,
+  AskUnavailable,
   DuplicateTool,
   MaxAgentDepthExceeded,
   ModelError,
+  QuestionDeclined,
+  QuestionTimedOut,
   SubAgentFailed
 } from "./AgentError.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
+import * as askInternal from "./internal/agent/ask.js"
 import * as subAgent from "./internal/agent/subAgent.js"
 import * as hooks from "./internal/agent/hooks.js"
 import * as options_ from "./internal/options.js"
@@ -337,6 +341,65 @@ export const agent: {
     run: (args, context) => subAgent.runCall(config, args, context)
   })
 }
+
+/**
+ * What {@link ask} takes: the question for a person, the Schema its answer is decoded with (its JSON
+ * Schema is logged with the question, so a UI can build a form), and how long to wait.
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export interface AskOptions<A, I> {
+  readonly question: string
+  readonly schema: Schema.Schema<A, I, never>
+  /**
+   * How long to wait for an answer (the `Clock`'s time): then the question is settled `timeout` and
+   * `ask` fails `QuestionTimedOut`. The deadline is logged, so it also holds after a restart.
+   */
+  readonly timeout?: Duration.DurationInput | undefined
+}
+
+/**
+ * Asks a person a question from inside a tool's `run` and waits for the answer (HIL-03). The
+ * question is logged durably (`tool/input-requested`, announced as `InputRequested`) and shows in
+ * `agent.pending`; `agent.respond(requestId, value)` answers it (the value is decoded with `schema`
+ * here, in the running tool) and `ask` returns the decoded value; `agent.decline` makes it fail
+ * `QuestionDeclined`. A cancel of the turn settles the question `canceled` and interrupts the tool.
+ * Time spent waiting does not count against the tool's `timeout`. Outside a tool call an agent runs,
+ * it fails `AskUnavailable`.
+ *
+ * After a restart the tool runs again from its start, and each `ask` that has a logged answer
+ * returns it at once, in order (replay): so what a tool does before an `ask` must be safe to do
+ * again (idempotent). A tool that asks a different question at the same position than it did
+ * before (another text or schema) ends with the error result `ASK_REPLAY_MISMATCH`; nobody is asked
+ * again.
+ *
+ * @example
+ * ```ts
+ * import { Effect, Schema } from "effect"
+ * import * as Tool from "effect-agent/Tool"
+ *
+ * const deploy = Tool.make({
+ *   name: "deploy",
+ *   description: "Deploys the current build to an environment",
+ *   parameters: Schema.Struct({ service: Schema.String }),
+ *   run: ({ service }) =>
+ *     Effect.gen(function*() {
+ *       const target = yield* Tool.ask({
+ *         question: `Where should ${service} go?`,
+ *         schema: Schema.Literal("staging", "production")
+ *       })
+ *       return Tool.text(`deployed ${service} to ${target}`)
+ *     }).pipe(Effect.catchTag("QuestionDeclined", () => Effect.succeed(Tool.text("not deployed"))))
+ * })
+ * ```
+ *
+ * @since 0.3.0
+ * @category people in the loop
+ */
+export const ask = <A, I>(
+  options: AskOptions<A, I>
+): Effect.Effect<A, QuestionDeclined | QuestionTimedOut | AskUnavailable> => askInternal.ask(options)
 
 /**
  * A text result.

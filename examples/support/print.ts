@@ -64,6 +64,10 @@ export const describeEvent = (event: AgentEvent.AgentEvent): string => {
       return `  model retry ${event.attempt} after ${event.code} (in ${Duration.format(event.delay)})`
     case "Compacted":
       return `  compacted the first ${event.upTo} events into a summary (#${event.seq})`
+    case "InputRequested":
+      return `  tool ${event.callId} asks [${event.requestId}]: ${quote(event.question)}`
+    case "InputProvided":
+      return `  question [${event.requestId}] ${event.outcome}`
     case "TurnEnded":
       return `turn ${event.turn} ended: ${reasonText(event.reason)}`
     case "AgentError":

@@ -21,6 +21,7 @@ import type { DriverDeps } from "./state.js"
 import { DriverState, unusable } from "./state.js"
 import type { SessionCore } from "../../log/session.js"
 import * as compaction from "../compaction.js"
+import * as questions from "./questions.js"
 import * as turnOptions from "./turnOptions.js"
 import * as verbs from "./verbs.js"
 
@@ -70,6 +71,16 @@ export interface Driver {
     | AgentError.AgentInactive
     | AgentError.AgentBroken
   >
+  /** HIL-03: answers a tool's question. */
+  readonly respond: (
+    requestId: string,
+    value: unknown
+  ) => Effect.Effect<{ readonly duplicate: boolean }, AgentError.RespondError>
+  /** HIL-03: declines a tool's question. */
+  readonly decline: (
+    requestId: string,
+    options?: { readonly reason?: string | undefined }
+  ) => Effect.Effect<{ readonly duplicate: boolean }, AgentError.DeclineError>
   /** HOST-03: starts a drain when idle and some pending message was sent waking; a no-op otherwise. */
   readonly wake: Effect.Effect<void>
   /** Publication finished (`true`) or was vetoed (`false`): releases gated senders (PUB-11). */
@@ -127,6 +138,12 @@ class DriverHandle implements Driver {
   }
   compact(options: Compaction.CompactOptions | undefined) {
     return compaction.compactAgent((task) => verbs.runMaintenance(this.state, task), this.state.deps, options)
+  }
+  respond(requestId: string, value: unknown) {
+    return questions.respond(this.state, requestId, value)
+  }
+  decline(requestId: string, options?: { readonly reason?: string | undefined }) {
+    return questions.decline(this.state, requestId, options)
   }
   get wake() {
     return verbs.wake(this.state)

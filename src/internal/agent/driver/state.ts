@@ -23,6 +23,7 @@ import type { InboxInternal } from "../inbox.js"
 import type { Lock } from "../../lock.js"
 import { make as makeLock } from "../../lock.js"
 import type { Telemetry } from "../../observability.js"
+import type { QuestionBook } from "./questions.js"
 import { core, type SessionCore } from "../../log/session.js"
 
 /** What the driver is built from: the agent's session, inbox, options and the factory's services. @internal */
@@ -148,6 +149,8 @@ export class DriverState {
   wakes: Queue.Queue<void> | undefined = undefined
   /** Completed (and cleared) when the phase next becomes `Idle`: what `whenIdle` callers wait on. */
   idleSignal: Deferred.Deferred<void> | undefined = undefined
+  /** HIL-03: the questions tools wait on now (made on first use). */
+  questions: QuestionBook | undefined = undefined
   readonly sessionCore: SessionCore
   constructor(readonly deps: DriverDeps) {
     this.sessionCore = core(deps.session)
@@ -286,6 +289,12 @@ export const markBroken = (
 ): Effect.Effect<void> =>
   Effect.suspend(() => {
     if (Option.isNone(state.broken)) state.broken = Option.some(cause)
+    // HIL-03: a `respond` waiting for a question to become live looks again, and fails AgentBroken
+    const book = state.questions
+    if (book?.changed !== undefined) {
+      Deferred.unsafeDone(book.changed, Exit.void)
+      book.changed = undefined
+    }
     // SEC-03: the event says what happened in a short message; a defect itself goes to the log
     const logged = defect === true
       ? Effect.logError(`effect-agent: a background fiber of agent ${state.deps.id} died`, Cause.die(cause))

@@ -9,7 +9,7 @@
  * @internal
  */
 import type { Tracer } from "effect"
-import { Cause, Duration, Effect, Either, Exit, Option } from "effect"
+import { Cause, Clock, Deferred, Duration, Effect, Either, Exit, FiberId, Option } from "effect"
 import { MaxAgentDepthExceeded, SubAgentFailed, ToolUnavailable } from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
 import type { ContentPart, MessageId } from "../../../Message.js"
@@ -18,7 +18,9 @@ import type * as Tool from "../../../Tool.js"
 import { make as makeLock } from "../../lock.js"
 import * as modelOutput from "../../model/output.js"
 import * as observability from "../../observability.js"
+import { CurrentCall } from "../ask.js"
 import { toolCallFinished } from "./liveEvents.js"
+import * as questions from "./questions.js"
 import type { DriverState } from "./state.js"
 import type { PendingCall, ToolOutcome, TurnContext } from "./turnContext.js"
 import { isNonEmpty, resultEvent, textResult, write } from "./turnContext.js"
@@ -32,13 +34,33 @@ const timeoutText = (timeout: Duration.Duration) =>
 
 /**
  * PKG-03: a tool's body under its `timeout`, if it has one: `None` when the timeout interrupted it
- * (the interruption is awaited, so nothing of the call runs on after its result is logged).
+ * (the interruption is awaited, so nothing of the call runs on after its result is logged). Time
+ * spent waiting in `Tool.ask` does not count (HIL-03): the timer stops while an ask waits.
  */
 const runWithTimeout = <A, E, R>(
   body: Effect.Effect<A, E, R>,
-  timeout: Duration.Duration | undefined
+  timeout: Duration.Duration | undefined,
+  channel: questions.CallChannel
 ): Effect.Effect<Option.Option<A>, E, R> =>
-  timeout === undefined ? Effect.map(body, Option.some) : Effect.timeoutOption(body, timeout)
+  timeout === undefined
+    ? Effect.map(body, Option.some)
+    : Effect.raceFirst(Effect.map(body, Option.some), Effect.as(workTimer(timeout, channel), Option.none<A>()))
+
+/** Ends once the call has worked (not waited in an ask) for `timeout`. */
+const workTimer = (timeout: Duration.Duration, channel: questions.CallChannel) =>
+  Effect.gen(function*() {
+    const start = yield* Clock.currentTimeMillis
+    const limit = Duration.toMillis(timeout)
+    while (true) {
+      if (channel.waiting > 0) {
+        yield* Deferred.await(channel.resumed ??= Deferred.unsafeMake<void>(FiberId.none))
+        continue
+      }
+      const remaining = limit - ((yield* Clock.currentTimeMillis) - start - channel.waitedMillis)
+      if (remaining <= 0) return
+      yield* Effect.sleep(Duration.millis(remaining))
+    }
+  })
 
 /**
  * DUR-02: what a tool returned, as the log can carry it: JSON content of known part shapes, or the
@@ -138,6 +160,12 @@ const settleRun = (
   return false
 }
 
+/** HIL-03: a call its question channel ended (a replay mismatch, a question the log refused). */
+const abortedRun = (call: PendingCall, abort: questions.CallAbort): boolean => {
+  call.result = { message: textResult(call, abort.text, true), error: { name: abort.name, code: abort.code } }
+  return false
+}
+
 /** OBS-02: a finished call's outcome tag: `ok`, `error` (its result says so), or its error's code. */
 const outcomeOf = (call: PendingCall): string => {
   const result = call.result
@@ -181,6 +209,22 @@ const runTool = (
     [observability.attr.toolCallId]: call.callId
   }), (span) => runToolBody(state, ctx, step, call, tools, closeStep, span))
 
+/** A call's `tool/call` made durable and announced (`ToolCallStarted`). */
+const dispatch = (state: DriverState, ctx: TurnContext, step: number, call: PendingCall) =>
+  Effect.flatMap(write(state, [{
+    type: "tool/call",
+    data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
+  }]), ([logged]) =>
+    state.deps.emit(AgentEvent.ToolCallStarted({
+      agent: state.deps.id,
+      turn: ctx.turn,
+      step,
+      callId: call.callId,
+      name: call.name,
+      arguments: call.arguments,
+      seq: logged.seq
+    })))
+
 const runToolBody = (
   state: DriverState,
   ctx: TurnContext,
@@ -194,20 +238,9 @@ const runToolBody = (
     Effect.gen(function*() {
       const deps = state.deps
       const started = deps.telemetry.clock.unsafeCurrentTimeMillis()
-      const [logged] = yield* write(state, [{
-        type: "tool/call",
-        data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
-      }])
+      // HIL-03: a call run again after a restart was dispatched (and announced) before it
+      if (call.replay === undefined) yield* dispatch(state, ctx, step, call)
       call.state = "started"
-      yield* deps.emit(AgentEvent.ToolCallStarted({
-        agent: deps.id,
-        turn: ctx.turn,
-        step,
-        callId: call.callId,
-        name: call.name,
-        arguments: call.arguments,
-        seq: logged.seq
-      }))
       const tool = tools.get(call.name)
       let concludes = false
       if (tool === undefined) {
@@ -223,11 +256,21 @@ const runToolBody = (
             error: { name: "InvalidToolArguments", code: "INVALID_ARGUMENTS" }
           }
         } else {
+          // HIL-03: the call's question channel reaches `Tool.ask` in its body
+          const channel = questions.makeChannel(state, ctx.turn, step, call.callId, call.replay ?? [])
           const exit = yield* Effect.exit(restore(runWithTimeout(
-            tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }),
-            tool.timeout
+            Effect.provideService(
+              tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }),
+              CurrentCall,
+              channel
+            ),
+            tool.timeout,
+            channel
           )))
-          const settled = settleRun(call, tool, exit)
+          if (channel.failure !== undefined) return yield* Effect.fail(channel.failure)
+          const settled = channel.abort !== undefined && !questions.isCancel(state, exit)
+            ? abortedRun(call, channel.abort)
+            : settleRun(call, tool, exit)
           if (typeof settled !== "boolean") {
             recordCall(state, call, started, Cause.isInterruptedOnly(settled) ? "aborted" : "tool_defect", span)
             return yield* Effect.failCause(settled)

@@ -7,7 +7,7 @@
  * @internal
  */
 import type { Tracer } from "effect"
-import { Cause, Effect, Exit, Option } from "effect"
+import { Array as Arr, Cause, Effect, Exit, Option } from "effect"
 import * as AgentError from "../../../AgentError.js"
 import { AgentEvent } from "../../../AgentEvent.js"
 import type { AssistantMessage, MessageId, UserMessage } from "../../../Message.js"
@@ -23,6 +23,7 @@ import { assistantMessage, closerMirrors } from "./liveEvents.js"
 import { callModel, resolveRoute } from "./model.js"
 import type { DriverState } from "./state.js"
 import { markBroken } from "./state.js"
+import * as questions from "./questions.js"
 import { runTools } from "./tools.js"
 import * as turnOptions from "./turnOptions.js"
 import type { PendingCall } from "./turnContext.js"
@@ -411,7 +412,12 @@ const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined
     if (Exit.isFailure(exit) && reason.kind === "error" && reason.error.code === "DEFECT") {
       yield* Effect.logError(`effect-agent: a defect ended turn ${turn} of agent ${deps.id}`, exit.cause)
     }
-    const written = yield* Effect.exit(state.sessionCore.appendCore(closers(ctx, reason)))
+    // HIL-03: questions still unsettled are settled `canceled` in the same batch
+    const unsettled = questions.takeUnsettled(state, turn)
+    const closing = closers(ctx, reason)
+    const written = yield* Effect.exit(state.sessionCore.appendCore(
+      unsettled.length === 0 ? closing : Arr.appendAll(questions.canceledEvents(unsettled), closing)
+    ))
     if (Exit.isFailure(written)) {
       yield* markBroken(state, Cause.squash(written.cause), turn)
       return Option.none<TurnOutcome>()
@@ -419,7 +425,8 @@ const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined
     observability.countTurn(reason.kind)
     if (span !== undefined) turnEndAttributes(ctx, span, reason)
     // EVS-02: what the closers made durable that was not announced yet, then the turn's end
-    const mirrors = closerMirrors(state, ctx, written.value)
+    yield* questions.afterCanceled(state, unsettled, written.value)
+    const mirrors = closerMirrors(state, ctx, written.value.slice(unsettled.length))
     if (mirrors.length > 0) yield* Effect.forEach(mirrors, deps.emit, { discard: true })
     if (reason.kind === "error") {
       yield* deps.emit(AgentEvent.AgentError({ agent: deps.id, turn, error: reason.error }))

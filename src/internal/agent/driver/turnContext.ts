@@ -13,6 +13,7 @@ import type { CoreEventInput } from "../../../SessionEvent.js"
 import type * as Tool from "../../../Tool.js"
 import type { Lock } from "../../lock.js"
 import type { DriverState } from "./state.js"
+import type { LoggedQuestion } from "./questions.js"
 import type { TurnAsk } from "./turnOptions.js"
 import { emptyAsk } from "./turnOptions.js"
 
@@ -28,6 +29,11 @@ export interface PendingCall {
   readonly providerCallId?: string | undefined
   readonly name: string
   readonly arguments: string
+  /**
+   * HIL-03: a call dispatched before a restart (its `tool/call` is logged) that runs again from its
+   * start: its logged questions, which its asks replay. Its `tool/call` is not written again.
+   */
+  readonly replay?: ReadonlyArray<LoggedQuestion> | undefined
   state: "waiting" | "started" | "done"
   result: ToolOutcome | undefined
 }

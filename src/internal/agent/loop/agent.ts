@@ -194,6 +194,8 @@ class LiveAgent implements Agent {
   readonly cancel: Agent["cancel"]
   readonly runMaintenance: Agent["runMaintenance"]
   readonly compact: Agent["compact"]
+  readonly respond: Agent["respond"]
+  readonly decline: Agent["decline"]
   readonly [buildKey]: Build
   readonly [driverKey]: Driver.Driver
   readonly [feedKey]: Feed.Feed<AgentEvent>
@@ -228,6 +230,9 @@ class LiveAgent implements Agent {
     this.runMaintenance = (task) => driver.runMaintenance(task)
     // CMP-01 (internal/agent/compaction.ts)
     this.compact = (compactOptions) => driver.compact(compactOptions)
+    // HIL-03 (internal/agent/driver/questions.ts)
+    this.respond = (requestId, value) => driver.respond(requestId, value)
+    this.decline = (requestId, declineOptions) => driver.decline(requestId, declineOptions)
   }
   get status() {
     return this[driverKey].status
