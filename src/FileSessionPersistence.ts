@@ -11,7 +11,6 @@ import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentRuntime from "./AgentRuntime.js"
 import * as fileLock from "./internal/storage/file/lock.js"
 import * as filePersistence from "./internal/storage/file/persistence.js"
-import { assertSessionId } from "./internal/storage/writerScope.js"
 import type { SessionId } from "./Message.js"
 import type { Model } from "./Model.js"
 import type * as SessionError from "./SessionError.js"
@@ -185,7 +184,6 @@ export const breakLock = Effect.fn("FileSessionPersistence.breakLock")(function*
   id: SessionId,
   options: { readonly directory: string }
 ) {
-  yield* assertSessionId(id, "a session file")
   const fs = yield* FileSystem.FileSystem
   const path = yield* Path.Path
   yield* fileLock.breakLock({ fs, path, directory: path.resolve(options.directory) }, id)

@@ -14,7 +14,6 @@ import { Effect, Layer } from "effect"
 import type { FactoryAlreadySet } from "./AgentError.js"
 import * as AgentRuntime from "./AgentRuntime.js"
 import * as sqlPersistence from "./internal/storage/sql/persistence.js"
-import { assertSessionId } from "./internal/storage/writerScope.js"
 import type { SessionId } from "./Message.js"
 import type { Model } from "./Model.js"
 import type * as SessionError from "./SessionError.js"
@@ -181,6 +180,5 @@ export const layerRuntime = (
  * @category locks
  */
 export const breakLock = Effect.fn("SqlSessionPersistence.breakLock")(function*(id: SessionId) {
-  yield* assertSessionId(id, "a stored session")
   yield* sqlPersistence.breakLease(id)
 })

@@ -58,6 +58,32 @@ const allSpecifiers = (file: string, text: string): Array<string> => {
   })
 }
 
+/** The name of the function declaration or `const` a node is in (its outermost named one), or `<module>`. */
+const enclosingName = (node: ts.Node): string => {
+  let name = "<module>"
+  for (let at: ts.Node | undefined = node.parent; at !== undefined; at = at.parent) {
+    if (ts.isFunctionDeclaration(at) && at.name !== undefined) name = at.name.text
+    else if (ts.isVariableDeclaration(at) && ts.isIdentifier(at.name)) name = at.name.text
+  }
+  return name
+}
+
+/** Where a source text calls `sessionId(…)` (or `Message.sessionId(…)`): the function each call is in. */
+const sessionIdDecodes = (file: string, text: string): Array<string> => {
+  const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS)
+  const found: Array<string> = []
+  const visit = (node: ts.Node): void => {
+    if (ts.isCallExpression(node)) {
+      const callee = node.expression
+      const name = ts.isIdentifier(callee) ? callee.text : ts.isPropertyAccessExpression(callee) ? callee.name.text : ""
+      if (name === "sessionId") found.push(enclosingName(node))
+    }
+    ts.forEachChild(node, visit)
+  }
+  visit(source)
+  return found
+}
+
 /** The file a relative specifier names (`./x.js` is `./x.ts`), if it is one of `files`. */
 const resolve = (from: string, specifier: string, files: ReadonlySet<string>): string | undefined => {
   if (!specifier.startsWith(".")) return undefined
@@ -154,5 +180,28 @@ describe("architecture", () => {
           .map((specifier) => `${path.relative(root, file)} imports ${specifier}`)
       )
       assert.deepStrictEqual(offenders, [])
+    }))
+
+  it.effect("ARCH-04 the stores decode only the names they read, never a SessionId they are given", () =>
+    Effect.sync(() => {
+      // the walker finds a decode and names the function it is in
+      assert.deepStrictEqual(
+        sessionIdDecodes("x.ts", "const a = (id: string) => Message.sessionId(id)\nfunction b(s: string) { return sessionId(s) }"),
+        ["a", "b"]
+      )
+      const stores = [
+        ...sourceFiles(path.join(root, "src", "internal", "storage")),
+        ...["SessionPersistence.ts", "FileSessionPersistence.ts", "SqlSessionPersistence.ts", "NodeFileSessionPersistence.ts"]
+          .map((file) => path.join(root, "src", file))
+      ]
+      const decodes = stores.flatMap((file) =>
+        sessionIdDecodes(file, fs.readFileSync(file, "utf8")).map((where) => `${path.relative(root, file)} ${where}`)
+      )
+      // `list` decodes a file's name and a row's id (DUR-08: an invalid one is listed as unreadable);
+      // every method that takes a SessionId uses it as given (it was decoded where it entered)
+      assert.deepStrictEqual(decodes, [
+        `${path.join("src", "internal", "storage", "file", "persistence.ts")} entryOf`,
+        `${path.join("src", "internal", "storage", "sql", "persistence.ts")} entryOf`
+      ])
     }))
 })

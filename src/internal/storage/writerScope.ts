@@ -3,21 +3,9 @@
  *
  * @internal
  */
-import { Effect, Either, ExecutionStrategy, Exit, Scope } from "effect"
+import { Effect, ExecutionStrategy, Exit, Scope } from "effect"
 import type { SessionId } from "../../Message.js"
-import { sessionId } from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
-
-/**
- * Ids reach persistence already validated (they are `SessionId`s); anything else is a bug of the
- * caller, so it dies instead of naming a file or a row.
- *
- * @internal
- */
-export const assertSessionId = (id: string, what: string): Effect.Effect<void> =>
-  Either.isRight(sessionId(id))
-    ? Effect.void
-    : Effect.dieMessage(`bug: ${JSON.stringify(id)} is not a SessionId and cannot name ${what}`)
 
 /**
  * Runs `build` in a child of the caller's Scope that is closed at once if `build` fails, so a

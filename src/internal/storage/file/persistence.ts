@@ -24,7 +24,7 @@ import * as truncation from "../../log/truncation.js"
 import * as internalOptions from "../../options.js"
 import type { ListEntry } from "../listing.js"
 import { unreadable } from "../listing.js"
-import { assertSessionId, discardRefused, inWriterScope } from "../writerScope.js"
+import { discardRefused, inWriterScope } from "../writerScope.js"
 import * as jsonl from "./jsonl.js"
 import { encode, headerLine } from "./jsonl.js"
 import * as fileLock from "./lock.js"
@@ -446,7 +446,6 @@ const makeWriter = Effect.fnUntraced(function*(
  */
 function* createIn(s: FileLayer, header: SessionHeader) {
   const id = header.id
-  yield* assertSessionId(id, "a session file")
   if (Either.isLeft(storedHeader(header))) {
     return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
   }
@@ -685,8 +684,7 @@ const truncateIn = <E>(s: FileLayer, id: SessionId, keep: (cut: CorruptTail) => 
 /** The service over the layer's state; each method traced (`Effect.fn`). */
 const serviceOf = (s: FileLayer) => {
   const exists = Effect.fn("FileSessionPersistence.exists")(function*(id: SessionId) {
-    yield* assertSessionId(id, "a session file")
-    return (yield* identify(s, id))._tag === "Stored"
+      return (yield* identify(s, id))._tag === "Stored"
   })
   // HOST-04: recovery summaries from a sidecar index (not fsynced, rebuilt when missing)
   const { summaries } = hostFileSummary.make({ fs: s.fs, path: s.path, directory: s.directory })
@@ -695,27 +693,24 @@ const serviceOf = (s: FileLayer) => {
       return yield* createIn(s, header)
     }),
     openWrite: Effect.fn("FileSessionPersistence.openWrite")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a session file")
-      // Spares a missing id the lock (and a missing directory its error); the read below is the
+          // Spares a missing id the lock (and a missing directory its error); the read below is the
       // authoritative check.
       if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
       return yield* inWriterScope(openStored(s, id))
     }),
     read: Effect.fn("FileSessionPersistence.read")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a session file")
-      const log = yield* Effect.scoped(Effect.flatMap(openData(s, id, "r"), (handle) => readLogFrom(s, id, handle)))
+          const log = yield* Effect.scoped(Effect.flatMap(openData(s, id, "r"), (handle) => readLogFrom(s, id, handle)))
       return { header: log.header, events: log.events, tornTailDropped: log.tornTailDropped } satisfies StoredSession
     }),
     list: listIn(s),
     exists,
     remove: Effect.fn("FileSessionPersistence.remove")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a session file")
-      // DUR-07: a name that answers with another session's file removes nothing.
+          // DUR-07: a name that answers with another session's file removes nothing.
       if ((yield* identify(s, id))._tag === "Absent") return
       yield* removeIn(s, id)
     }),
     truncateAtCorruption: <E>(id: SessionId, keep: (cut: CorruptTail) => Effect.Effect<void, E>) =>
-      Effect.flatMap(assertSessionId(id, "a session file"), () => truncateIn(s, id, keep)).pipe(
+      Effect.suspend(() => truncateIn(s, id, keep)).pipe(
         Effect.withSpan("FileSessionPersistence.truncateAtCorruption")
       ),
     summaries

@@ -26,7 +26,7 @@ import { namedSession } from "../file/jsonl.js"
 import { procInNamespace, processIsAlive as isProcessAlive, procPidNamespace, procStartTime } from "../file/lock.js"
 import type { ListEntry } from "../listing.js"
 import { unreadable } from "../listing.js"
-import { assertSessionId, discardRefused, inWriterScope } from "../writerScope.js"
+import { discardRefused, inWriterScope } from "../writerScope.js"
 import * as committer from "./committer.js"
 import * as lease from "./lease.js"
 import {
@@ -375,7 +375,6 @@ const makeWriter = Effect.fnUntraced(function*(
  */
 function* createIn(s: SqlLayer, header: SessionHeader) {
   const id = header.id
-  yield* assertSessionId(id, "a stored session")
   const record = headerRecord(header)
   if (Either.isLeft(decodeHeader(id, record))) {
     return yield* Effect.dieMessage(`bug: the header of session ${JSON.stringify(id)} would not read back`)
@@ -526,8 +525,7 @@ const truncateIn = <E>(s: SqlLayer, id: SessionId, keep: (cut: CorruptTail) => E
 /** The service over the layer's state; each method traced (`Effect.fn`). */
 const serviceOf = (s: SqlLayer) => {
   const exists = Effect.fn("SqlSessionPersistence.exists")(function*(id: SessionId) {
-    yield* assertSessionId(id, "a stored session")
-    const row = yield* headerRow(s, id).pipe(
+      const row = yield* headerRow(s, id).pipe(
       Effect.catchTag("SqlError", (error) =>
       Effect.fail(persistenceError(`checking session ${JSON.stringify(id)}`)(error)))
     )
@@ -538,8 +536,7 @@ const serviceOf = (s: SqlLayer) => {
       return yield* createIn(s, header)
     }),
     openWrite: Effect.fn("SqlSessionPersistence.openWrite")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a stored session")
-      // Spares a missing id the lease; the read below is the authoritative check.
+          // Spares a missing id the lease; the read below is the authoritative check.
       if (!(yield* exists(id))) return yield* new SessionError.SessionNotFound({ id })
       return yield* inWriterScope(Effect.gen(function*() {
         const held = yield* takeLease(s, id)
@@ -550,8 +547,7 @@ const serviceOf = (s: SqlLayer) => {
       }))
     }),
     read: Effect.fn("SqlSessionPersistence.read")(function*(id: SessionId) {
-      yield* assertSessionId(id, "a stored session")
-      return yield* readLog(s, id)
+          return yield* readLog(s, id)
     }),
     list: listIn(s),
     exists,
@@ -560,7 +556,7 @@ const serviceOf = (s: SqlLayer) => {
       yield* removeIn(s, id)
     }),
     truncateAtCorruption: <E>(id: SessionId, keep: (cut: CorruptTail) => Effect.Effect<void, E>) =>
-      Effect.flatMap(assertSessionId(id, "a stored session"), () => truncateIn(s, id, keep)).pipe(
+      Effect.suspend(() => truncateIn(s, id, keep)).pipe(
         Effect.withSpan("SqlSessionPersistence.truncateAtCorruption")
       ),
     // HOST-04: recovery summaries as a query
