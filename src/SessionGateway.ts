@@ -810,9 +810,12 @@ export class SessionGateway extends Context.Tag("effect-agent/SessionGateway")<S
    */
   readonly eventsFrom: (id: string, seq: number) => Stream.Stream<StreamEvent, EventsError>
   /**
-   * APP-05 (optional: the host's gateway has it): sends a follow-up and waits up to `wait` for the
-   * turn that claims it; its `TurnResult` whatever its end, else `RunAccepted`. A message id already
-   * accepted with the same text attaches to that message's turn; with other content it fails
+   * APP-05 (optional: both of the library's gateways, {@link layerHost} and the cluster client, have
+   * it; the HTTP API answers `501 RunsUnsupported` over a gateway of the user's own without it):
+   * sends a follow-up and waits up to `wait` (default 60 seconds, at most 10 minutes) for the turn
+   * that claims it; its `TurnResult` whatever its end, else `RunAccepted`. The request's `settings`
+   * and `output` apply to that turn only and are stored with its message. A message id already
+   * accepted with the same content attaches to that message's turn; with other content it fails
    * `MessageIdConflict`.
    *
    * @since 0.3.0

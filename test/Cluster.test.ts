@@ -10,6 +10,7 @@ import { AgentRegistry } from "../src/AgentRegistry.js"
 import * as Cluster from "../src/Cluster.js"
 import * as Message from "../src/Message.js"
 import { SessionGateway } from "../src/SessionGateway.js"
+import type * as TurnResult from "../src/TurnResult.js"
 import * as inProcess from "./fixtures/clusterInProcess.js"
 
 const url = process.env["EFFECT_AGENT_PG_URL"]
@@ -117,6 +118,47 @@ if (url === undefined) {
         assert.strictEqual(info.status, "idle")
         assert.isFalse(info.openTurn)
         yield* Fiber.interrupt(stream)
+      }))
+
+    it.effect("APP-05 CLU-01 run and turn through the entity: the result of the run's turn (settings stored with its message), a known id attaches, other content conflicts; past its wait RunAccepted, TurnRunning while it runs, the failed turn's result once canceled", () =>
+      Effect.gen(function*() {
+        const gateway = yield* SessionGateway
+        yield* gateway.create("app05-run", { options })
+        const run = gateway.run!
+        const turn = gateway.turn!
+        const first = yield* run("app05-run", { message: "hello", id: "r1", settings: { temperature: 0.4 } })
+        assert.isFalse("_tag" in first)
+        const result = first as TurnResult.TurnResult
+        assert.strictEqual(result.text, "echo: hello")
+        assert.strictEqual(result.turn, 1)
+        assert.deepStrictEqual(yield* turn("app05-run", 1), result)
+        const before = (yield* gateway.summary("app05-run")).eventCount
+        assert.deepStrictEqual(yield* run("app05-run", { message: "hello", id: "r1" }), result)
+        assert.strictEqual((yield* gateway.summary("app05-run")).eventCount, before)
+        const conflict = yield* Effect.flip(run("app05-run", { message: "other", id: "r1" }))
+        assert.strictEqual(conflict._tag, "MessageIdConflict")
+        const bad = yield* Effect.flip(run("app05-run", { message: "x", settings: { temperature: 9 } }))
+        assert.strictEqual(bad._tag, "InvalidAgentOptions")
+        const missing = yield* Effect.flip(turn("app05-run", 9))
+        assert.strictEqual(missing._tag, "TurnNotFound")
+        // the run's settings are stored with its message (APP-04: durable, its turn only)
+        const events = yield* Stream.runCollect(
+          gateway.eventsFrom("app05-run", 0).pipe(Stream.filter((item) => item._tag === "Durable"), Stream.take(before))
+        )
+        const inserted = Chunk.toReadonlyArray(events).flatMap((item) =>
+          item._tag === "Durable" && item.event.type === "agent/inbox/spliced"
+            ? (item.event.data as { readonly inserted: ReadonlyArray<{ readonly id: string; readonly turnOptions?: unknown }> }).inserted
+            : []
+        )
+        assert.deepStrictEqual(inserted.find((m) => m.id === "r1")?.turnOptions, { settings: { temperature: 0.4 } })
+        // a turn that outlives the run's wait
+        const accepted = yield* run("app05-run", { message: "hang on", id: "r2" }, { wait: "1 second" })
+        assert.deepStrictEqual(accepted, { _tag: "RunAccepted", messageId: Message.MessageId.make("r2"), turn: 2 })
+        const running = yield* Effect.flip(turn("app05-run", 2))
+        assert.strictEqual(running._tag, "TurnRunning")
+        yield* gateway.cancel("app05-run")
+        const aborted = yield* turn("app05-run", 2, { wait: "30 seconds" })
+        assert.strictEqual(aborted.reason.kind, "aborted")
       }))
 
     it.effect("CLU-01 sends keep their order: the log accepts them in the order they were sent", () =>

@@ -48,7 +48,17 @@ const badCalls: ReadonlyArray<readonly [string, string, (gateway: Gateway) => Ef
   ["dispose of a bad id", "InvalidSessionId", (g) => g.dispose("a..b")],
   ["remove of a bad id", "InvalidSessionId", (g) => g.remove("%")],
   ["events of a bad id", "InvalidSessionId", (g) => Stream.runDrain(g.eventsFrom("a\u0000b", 0))],
-  ["summary of an unknown session", "SessionNotFound", (g) => g.summary("arch04-never")]
+  ["summary of an unknown session", "SessionNotFound", (g) => g.summary("arch04-never")],
+  ["run on a bad id", "InvalidSessionId", (g) => g.run!("..", { message: "x" })],
+  ["run with an empty message id", "InvalidRequest", (g) => g.run!("arch04-never", { message: "x", id: "" })],
+  ["run with content of an unknown part", "InvalidRequest", (g) => g.run!("arch04-never", { message: JSON.parse("[{\"type\":\"nope\"}]") })],
+  ["run with a setting out of range", "InvalidAgentOptions", (g) => g.run!("arch04-never", { message: "x", settings: { temperature: 9 } })],
+  ["run with a setting nobody knows", "InvalidAgentOptions", (g) => g.run!("arch04-never", { message: "x", settings: JSON.parse("{\"temprature\":1}") })],
+  ["run with strict output whose schema is not strict", "InvalidAgentOptions", (g) =>
+    g.run!("arch04-never", { message: "x", output: { schema: { type: "object", properties: {} }, strict: true } })],
+  ["run with an output name providers refuse", "InvalidAgentOptions", (g) =>
+    g.run!("arch04-never", { message: "x", output: { name: "a name", schema: { type: "object" } } })],
+  ["turn of a bad id", "InvalidSessionId", (g) => g.turn!("a b", 1)]
 ]
 
 /** Bad HTTP requests (SEC-05's matrix), each as the raw socket writes it. */
@@ -69,7 +79,19 @@ const badRequests: ReadonlyArray<{ readonly method: string; readonly path: strin
   { method: "GET", path: "/sessions?limit=5000" },
   { method: "GET", path: "/sessions/arch04-never/events?from=1e3" },
   { method: "GET", path: "/sessions/arch04-never" },
-  { method: "GET", path: "/sessions/arch04-never/explode" }
+  { method: "GET", path: "/sessions/arch04-never/explode" },
+  { method: "POST", path: "/sessions/..x/runs", body: { message: "x" } },
+  { method: "POST", path: "/sessions/arch04-never/runs", body: { message: "x", id: "" } },
+  { method: "POST", path: "/sessions/arch04-never/runs", body: { message: "x", settings: { temprature: 1 } } },
+  { method: "POST", path: "/sessions/arch04-never/runs", body: { message: "x", output: { schema: 1 } } },
+  {
+    method: "POST",
+    path: "/sessions/arch04-never/runs",
+    body: { message: "x", output: { schema: { type: "object", properties: {} }, strict: true } }
+  },
+  { method: "POST", path: "/sessions/arch04-never/runs?wait=601", body: { message: "x" } },
+  { method: "GET", path: "/sessions/_x/turns/1" },
+  { method: "GET", path: "/sessions/arch04-never/turns/0" }
 ]
 
 const exchange = (port: number, item: (typeof badRequests)[number]) => {
@@ -112,7 +134,7 @@ if (url === undefined) {
   })
 } else {
   layer(inProcess.layer(url), { timeout: 120_000, excludeTestServices: true })("ARCH-04 both gateways", (it) => {
-    it.scoped("ARCH-04 the host gateway and the cluster gateway refuse the same bad input with the same error and words", () =>
+    it.scoped("ARCH-04 APP-05 the host gateway and the cluster gateway refuse the same bad input with the same error and words", () =>
       Effect.gen(function*() {
         const cluster = yield* SessionGateway
         const { gateway: host } = yield* gatewayOver(yield* fileStore, [])
@@ -127,7 +149,7 @@ if (url === undefined) {
         assert.deepStrictEqual((yield* host.list()).sessions, [])
       }))
 
-    it.scoped("ARCH-04 SEC-05 the HTTP bad-input matrix gets the same status and problem body over both gateways", () =>
+    it.scoped("ARCH-04 SEC-05 APP-05 the HTTP bad-input matrix gets the same status and problem body over both gateways", () =>
       Effect.gen(function*() {
         const overCluster = yield* serveGateway(yield* SessionGateway)
         const { gateway } = yield* gatewayOver(yield* fileStore, [])

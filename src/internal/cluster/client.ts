@@ -33,6 +33,29 @@ const SUMMARY_CONCURRENCY = 16
 
 type Listed = SessionSummary | RecoverySummary | UnreadableSession
 
+/** The entity's client for one session. */
+type EntityClient = ReturnType<Effect.Effect.Success<typeof AgentEntity.client>>
+
+/**
+ * APP-05: runs and turn reads, decoded here as the host gateway decodes them (ARCH-04), then run
+ * and awaited by the session's entity on the runner that owns it.
+ */
+const runsOf = (clientFor: (key: SessionId) => EntityClient): Pick<Cluster.ClusterClientShape, "run" | "turn"> => ({
+  run: (id, request, options) =>
+    Effect.flatMap(requests.runOf(id, request), ({ key, message, output, settings }) =>
+      refailCluster(clientFor(key).Run({
+        message,
+        ...(settings === undefined ? {} : { settings }),
+        ...(output === undefined ? {} : { output }),
+        wait: requests.runWait(options?.wait)
+      }))).pipe(Effect.withSpan("ClusterClient.run")),
+  turn: (id, turn, options) =>
+    Effect.flatMap(requests.sessionKey(id), (key) =>
+      refailCluster(clientFor(key).Turn({ turn, wait: requests.turnWait(options?.wait) }))).pipe(
+        Effect.withSpan("ClusterClient.turn")
+      )
+})
+
 /** @internal */
 export const make = Effect.gen(function*() {
   const sharding = yield* Sharding
@@ -139,6 +162,7 @@ export const make = Effect.gen(function*() {
         .pipe(Effect.withSpan("ClusterClient.create")),
     send: (id, request) => Effect.flatMap(requests.sendOf(id, request), sendDecoded),
     sendMessage,
+    ...runsOf(clientFor),
     cancel: (id, request) =>
       Effect.flatMap(requests.cancelOf(id, request), ({ keepInbox, key }) =>
         callKey(key, (client) => client.Cancel({ keepInbox }))),

@@ -330,6 +330,15 @@ export const behaviour = Effect.gen(function*() {
     Summary: () => runner.gateway.summary(id),
     Create: ({ payload }) => lease(runner.gateway.create(id, payload)),
     Send: ({ payload }) => enqueue(cell, payload.message, payload.mode),
+    // APP-05: the request was decoded by the client (ARCH-04); the run and the read happen here, on the owner
+    Run: ({ payload }) =>
+      lease(gatewayHost.runDecoded(runner.host, {
+        key: id,
+        message: payload.message,
+        settings: payload.settings,
+        output: payload.output
+      }, payload.wait)),
+    Turn: ({ payload }) => lease(gatewayHost.turnDecoded(runner.host, id, payload.turn, payload.wait)),
     Cancel: ({ payload }) => lease(runner.gateway.cancel(id, { keepInbox: payload.keepInbox })),
     WhenIdle: () => withAgent(runner, id, (agent) => agent.whenIdle),
     Wake: () => withAgent(runner, id, (agent) => agent.wake),
@@ -347,6 +356,8 @@ const invalidEntity = (error: InvalidSessionId) =>
     Summary: () => Effect.fail(error),
     Create: () => Effect.fail(error),
     Send: () => Effect.fail(error),
+    Run: () => Effect.fail(error),
+    Turn: () => Effect.fail(error),
     Cancel: () => Effect.fail(error),
     WhenIdle: () => Effect.fail(error),
     Wake: () => Effect.fail(error),

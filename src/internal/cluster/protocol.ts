@@ -28,11 +28,15 @@ import {
   GatewayError,
   InvalidRequest,
   MessageIdConflict,
+  RunAccepted,
   SendMode,
   SendReceipt,
   SessionInfo,
-  StreamEvent
+  StreamEvent,
+  TurnRunning
 } from "../../SessionGateway.js"
+import { ModelSettings, OutputFormat } from "../../ModelSettings.js"
+import { TurnResult } from "../../TurnResult.js"
 
 // The failures of each request, as the gateway types them (HTTP-00), as Schemas for the wire.
 
@@ -85,6 +89,20 @@ export const SendError = Schema.Union(
   InvalidRequest,
   MessageIdConflict
 )
+
+/** `SessionGateway.RunError` (APP-05). @internal */
+export const RunError = Schema.Union(
+  ...getErrors,
+  AgentError.AgentBroken,
+  SessionError.SessionClosed,
+  InvalidRequest,
+  MessageIdConflict,
+  AgentError.MessageDiscarded,
+  AgentError.TurnNotFound
+)
+
+/** `SessionGateway.TurnError` (APP-05). @internal */
+export const TurnError = Schema.Union(...getErrors, AgentError.TurnNotFound, TurnRunning, AgentError.AgentBroken)
 
 /** `SessionGateway.DisposeError`. @internal */
 export const DisposeError = Schema.Union(
@@ -148,6 +166,19 @@ export const AgentEntity = Entity.make("effect-agent/Agent", [
     success: SendReceipt,
     error: SendError
   }).annotate(ClusterSchema.Persisted, true).annotate(ClusterSchema.Uninterruptible, true),
+  // APP-05: volatile like every request but Send: a run re-sent to the shard's next owner sends its
+  // message again under the same id (minted by the client), which attaches to that message's turn
+  Rpc.make("Run", {
+    payload: Schema.Struct({
+      message: UserMessage,
+      settings: Schema.optionalWith(ModelSettings, { exact: true }),
+      output: Schema.optionalWith(OutputFormat, { exact: true }),
+      wait: Schema.DurationFromMillis
+    }),
+    success: Schema.Union(TurnResult, RunAccepted),
+    error: RunError
+  }),
+  Rpc.make("Turn", { payload: { turn: Schema.Number, wait: Schema.DurationFromMillis }, success: TurnResult, error: TurnError }),
   Rpc.make("Cancel", { payload: { keepInbox: Schema.Boolean }, error: WriteError }),
   Rpc.make("WhenIdle", { error: WriteError }),
   Rpc.make("Wake", { error: WriteError }),

@@ -75,7 +75,8 @@ export class TurnRunning extends Schema.TaggedError<TurnRunning>("effect-agent/T
 }
 
 /**
- * This gateway does not offer runs (APP-05): a gateway without the optional `run`/`turn` methods.
+ * This gateway does not offer runs (APP-05): a gateway without the optional `run`/`turn` methods
+ * (one of the user's own: the host gateway and the cluster client both have them).
  *
  * @since 0.3.0
  * @category errors

@@ -197,10 +197,6 @@ const send = (g: GatewayState, id: string, sendRequest: Gateway.SendRequest) =>
       ))
   }).pipe(Effect.withSpan("SessionGateway.send"))
 
-/** APP-05: a run's wait: 60 seconds unless given, at most 10 minutes. */
-const waitOf = (wait: Duration.DurationInput | undefined): Duration.Duration =>
-  Duration.min(wait === undefined ? Duration.seconds(60) : Duration.decode(wait), Duration.minutes(10))
-
 /** The turn whose step `messageId` entered, from the log (walking back: a run's message is recent). */
 const turnOfMessage = (events: ReadonlyArray<SessionEvent>, messageId: string): number | undefined => {
   for (let i = events.length - 1; i >= 0; i--) {
@@ -239,53 +235,76 @@ const attach = (agent: Agent, message: Message.UserMessage, wait: Duration.Durat
     return Option.getOrElse(result, (): Gateway.RunOutcome => accepting)
   })
 
-/** `SessionGateway.run` (APP-05): `agent.run` through the host, its wait bounded; the turn belongs to the agent. */
+/**
+ * APP-05: a decoded run on the host's agent: `agent.run` through `host.use`, its wait bounded; the
+ * turn belongs to the agent. What `SessionGateway.run` does after decoding, and what the cluster's
+ * entity does on the runner that owns the session (ARCH-04: the client decoded the request).
+ *
+ * @internal
+ */
+export const runDecoded = (
+  host: AgentHost["Type"],
+  { key, message, output, settings }: requests.Run,
+  wait: Duration.Duration
+): Effect.Effect<Gateway.RunOutcome, Gateway.RunError> =>
+  host.use(key, (agent) =>
+    // APP-04, OUT-01: the run's own settings and output are stored with its message (durable)
+    agent.run(message, { ...(settings === undefined ? {} : { settings }), ...(output === undefined ? {} : { output }) }).pipe(
+      Effect.catchTag("TurnFailed", (failed) => Effect.succeed(failed.partial)),
+      Effect.timeoutOption(wait),
+      Effect.flatMap(Option.match({
+        onSome: (result): Effect.Effect<Gateway.RunOutcome> => Effect.succeed(result),
+        onNone: () =>
+          Effect.map(agent.session.events, (events): Gateway.RunOutcome => {
+            const turn = turnOfMessage(events, message.id)
+            return { _tag: "RunAccepted", messageId: message.id, ...(turn === undefined ? {} : { turn }) }
+          })
+      })),
+      Effect.catchTag("DuplicateMessage", () => attach(agent, message, wait))
+    ))
+
+/** `SessionGateway.run` (APP-05): decoded by the shared request module (ARCH-04), then {@link runDecoded}. */
 const runOf = (g: GatewayState) =>
 (
   id: string,
   request: Gateway.RunRequest,
   options?: { readonly wait?: Duration.DurationInput | undefined } | undefined
 ): Effect.Effect<Gateway.RunOutcome, Gateway.RunError> =>
-  Effect.gen(function*() {
-    // ARCH-04: a run is decoded by the shared request module, its message as a send's is
-    const { key, message, output, settings } = yield* requests.runOf(id, request)
-    const wait = waitOf(options?.wait)
-    return yield* withAgent(g, key, (agent) =>
-      // APP-04, OUT-01: the run's own settings and output are stored with its message (durable)
-      agent.run(message, { ...(settings === undefined ? {} : { settings }), ...(output === undefined ? {} : { output }) }).pipe(
-        Effect.catchTag("TurnFailed", (failed) => Effect.succeed(failed.partial)),
-        Effect.timeoutOption(wait),
-        Effect.flatMap(Option.match({
-          onSome: (result): Effect.Effect<Gateway.RunOutcome> => Effect.succeed(result),
-          onNone: () =>
-            Effect.map(agent.session.events, (events): Gateway.RunOutcome => {
-              const turn = turnOfMessage(events, message.id)
-              return { _tag: "RunAccepted", messageId: message.id, ...(turn === undefined ? {} : { turn }) }
-            })
-        })),
-        Effect.catchTag("DuplicateMessage", () => attach(agent, message, wait))
-      ))
-  }).pipe(Effect.withSpan("SessionGateway.run"))
+  Effect.flatMap(requests.runOf(id, request), (run) => runDecoded(g.host, run, requests.runWait(options?.wait))).pipe(
+    Effect.withSpan("SessionGateway.run")
+  )
 
-/** `SessionGateway.turn` (APP-05): a turn's result, waiting up to `wait` for a running one. */
+/**
+ * APP-05: turn `turn`'s result, waiting up to `wait` for a running one (then `TurnRunning`): what
+ * `SessionGateway.turn` does after decoding, and what the cluster's entity does.
+ *
+ * @internal
+ */
+export const turnDecoded = (
+  host: AgentHost["Type"],
+  key: SessionId,
+  turn: number,
+  wait: Duration.Duration
+): Effect.Effect<TurnResult, Gateway.TurnError> =>
+  host.use(key, (agent) =>
+    Effect.flatMap(
+      awaitWithin(agent, turn, wait),
+      Option.match({
+        onSome: Effect.succeed,
+        onNone: () => Effect.fail(new TurnRunning({ id: key, turn }))
+      })
+    ))
+
+/** `SessionGateway.turn` (APP-05). */
 const turnOf = (g: GatewayState) =>
 (
   id: string,
   turn: number,
   options?: { readonly wait?: Duration.DurationInput | undefined } | undefined
 ): Effect.Effect<TurnResult, Gateway.TurnError> =>
-  Effect.gen(function*() {
-    const key = yield* validId(id)
-    const wait = options?.wait === undefined ? Duration.zero : waitOf(options.wait)
-    return yield* withAgent(g, key, (agent) =>
-      Effect.flatMap(
-        awaitWithin(agent, turn, wait),
-        Option.match({
-          onSome: Effect.succeed,
-          onNone: () => Effect.fail(new TurnRunning({ id: key, turn }))
-        })
-      ))
-  }).pipe(Effect.withSpan("SessionGateway.turn"))
+  Effect.flatMap(validId(id), (key) => turnDecoded(g.host, key, turn, requests.turnWait(options?.wait))).pipe(
+    Effect.withSpan("SessionGateway.turn")
+  )
 
 const cancel = (g: GatewayState, id: string, cancelRequest?: Gateway.CancelRequest | undefined) =>
   Effect.gen(function*() {

@@ -11,7 +11,7 @@
  *
  * @internal
  */
-import { Either, ParseResult, Schema } from "effect"
+import { Duration, Either, ParseResult, Schema } from "effect"
 import { InvalidAgentOptions } from "../../AgentError.js"
 import * as Message from "../../Message.js"
 import type { SessionId } from "../../Message.js"
@@ -118,6 +118,22 @@ export const runOf = (
     )
     return { key, message, settings, output }
   })
+
+/**
+ * APP-05: how long a run waits for its turn: 60 seconds unless given, at most 10 minutes.
+ *
+ * @internal
+ */
+export const runWait = (wait: Duration.DurationInput | undefined): Duration.Duration =>
+  Duration.min(wait === undefined ? Duration.seconds(60) : Duration.decode(wait), Duration.minutes(10))
+
+/**
+ * APP-05: how long a turn's read waits for a running turn: not at all unless given, at most 10 minutes.
+ *
+ * @internal
+ */
+export const turnWait = (wait: Duration.DurationInput | undefined): Duration.Duration =>
+  wait === undefined ? Duration.zero : runWait(wait)
 
 /** A cancel, decoded: the session and whether the inbox stays (`false` by default). @internal */
 export interface Cancel {
