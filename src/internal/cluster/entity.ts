@@ -328,6 +328,7 @@ export const behaviour = Effect.gen(function*() {
 
   return AgentEntity.of({
     Summary: () => runner.gateway.summary(id),
+    Pending: () => runner.host.pending(id),
     Create: ({ payload }) => lease(runner.gateway.create(id, payload)),
     Send: ({ payload }) => enqueue(cell, payload.message, payload.mode),
     Cancel: ({ payload }) => lease(runner.gateway.cancel(id, { keepInbox: payload.keepInbox })),
@@ -345,6 +346,7 @@ export const behaviour = Effect.gen(function*() {
 const invalidEntity = (error: InvalidSessionId) =>
   AgentEntity.of({
     Summary: () => Effect.fail(error),
+    Pending: () => Effect.fail(error),
     Create: () => Effect.fail(error),
     Send: () => Effect.fail(error),
     Cancel: () => Effect.fail(error),
