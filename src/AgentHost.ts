@@ -18,6 +18,7 @@ import type { AgentRegistry } from "./AgentRegistry.js"
 import { HostAtCapacity, HostClosed, HostSetupFailed, SessionRemoved } from "./internal/host/errors.js"
 import * as internal from "./internal/host/host.js"
 import type { InvalidSessionId, SessionId, UserMessage } from "./Message.js"
+import type * as Pending from "./Pending.js"
 import type { JsonRecord, SessionEvent } from "./SessionEvent.js"
 import type * as SessionError from "./SessionError.js"
 import type { Session } from "./Session.js"
@@ -81,6 +82,20 @@ export type GetError =
   | HostSetupFailed
   | AgentError.CreateError
   | AgentError.ResumeError
+
+/**
+ * What `host.pending` can fail with (HIL-06): a bad id, a session neither live nor stored, a stored
+ * log that cannot be read.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export type PendingError =
+  | InvalidSessionId
+  | SessionError.SessionNotFound
+  | SessionError.SessionCorrupt
+  | SessionError.SessionFormatUnsupported
+  | SessionError.PersistenceError
 
 /**
  * What `get` creates an agent with when its session is not stored (HOST-01). The host's own
@@ -240,6 +255,14 @@ export class AgentHost extends Context.Tag("effect-agent/AgentHost")<AgentHost, 
     options?: RunOptions | undefined,
     create?: CreateOptions | undefined
   ) => Effect.Effect<TurnResult, AgentError.RunError | GetError>
+  /**
+   * HIL-06: what a person still has to settle in the session — the approvals and questions of its
+   * suspended turn, oldest first. A live agent answers from memory; a passive session's items are
+   * read from its stored log without activating it (a suspended turn needs no agent to be looked at).
+   *
+   * @since 0.3.0
+   */
+  readonly pending: (id: SessionId | string) => Effect.Effect<ReadonlyArray<Pending.Item>, PendingError>
   /** Passivates a live agent now, whatever it is doing (inbox kept, LIFE-06); false when it was not live. */
   readonly passivate: (id: SessionId | string) => Effect.Effect<boolean>
   /** The ids of the live agents, least recently used first. */

@@ -13,11 +13,18 @@ import * as AgentError from "./AgentError.js"
 import * as AgentHost from "./AgentHost.js"
 import type { AgentRegistry } from "./AgentRegistry.js"
 import * as codec from "./internal/log/eventCodec.js"
-import { InvalidRequest, MessageIdConflict, RunsUnsupported, TurnRunning } from "./internal/gateway/errors.js"
+import {
+  DecisionsUnsupported,
+  InvalidRequest,
+  MessageIdConflict,
+  RunsUnsupported,
+  TurnRunning
+} from "./internal/gateway/errors.js"
 import * as internal from "./internal/gateway/host.js"
 import * as json from "./internal/json.js"
 import { ContentPart, InvalidSessionId, MessageId, SessionId } from "./Message.js"
 import { ModelSettings } from "./ModelSettings.js"
+import type * as Pending from "./Pending.js"
 import * as SessionError from "./SessionError.js"
 import type { SessionEvent as SessionEventType } from "./SessionEvent.js"
 import type { JsonRecord } from "./SessionEvent.js"
@@ -29,6 +36,8 @@ import type { TurnResult } from "./TurnResult.js"
 
 // they live in `internal/gateway/errors.ts`, where the gateways' internals import them (ARCH-02)
 export {
+  /** @since 0.3.0 */
+  DecisionsUnsupported,
   /** @since 0.2.0 */
   InvalidRequest,
   /** @since 0.2.0 */
@@ -847,6 +856,14 @@ export class SessionGateway extends Context.Tag("effect-agent/SessionGateway")<S
    * @since 0.3.0
    */
   readonly eventsInto?: ((id: string, seq: number, sink: EventSink) => Effect.Effect<void, never, Scope.Scope>) | undefined
+  /**
+   * HIL-06 (optional: the host's gateway and the cluster client have it): what a person still has to
+   * settle in the session — the approvals and questions of its suspended turn, oldest first — read
+   * without activating it (a passive session's from its stored log).
+   *
+   * @since 0.3.0
+   */
+  readonly pending?: ((id: string) => Effect.Effect<ReadonlyArray<Pending.Item>, ReadError>) | undefined
   /** Whether the gateway serves requests (for `/readyz`): false while it starts up or shuts down. */
   readonly ready: Effect.Effect<boolean>
 }>() {}

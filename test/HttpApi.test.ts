@@ -116,6 +116,7 @@ describe("HttpApi over files", () => {
         "/sessions/{id}/events",
         "/sessions/{id}/fork",
         "/sessions/{id}/messages",
+        "/sessions/{id}/pending",
         "/sessions/{id}/runs",
         "/sessions/{id}/turns/{turn}"
       ])

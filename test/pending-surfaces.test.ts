@@ -13,6 +13,8 @@ import * as SessionPersistence from "../src/SessionPersistence.js"
 import { summariesByReading } from "../src/internal/host/recovery.js"
 import * as pending from "../src/internal/log/pending.js"
 import { emptyState, foldEvent, needsRecovery, summaryOf } from "../src/internal/log/summary.js"
+import { CliOutput } from "../src/cli/output.js"
+import { program } from "../src/cli/program.js"
 import * as Message from "../src/Message.js"
 import * as Model from "../src/Model.js"
 import type { Store } from "./fixtures/host.js"
@@ -239,4 +241,81 @@ describe("HIL-06 summaries and listings", () => {
       // reading a suspended session activated nothing
       assert.deepStrictEqual(Array.from(yield* served.host.live, String), ["live-idle"])
     }))
+})
+
+/** The CLI run in-process (as `cli.test.ts` does): stdout and the exit code. */
+const cli = (...args: ReadonlyArray<string>) =>
+  Effect.suspend(() => {
+    let stdout = ""
+    return program([process.execPath, "effect-agent", ...args]).pipe(
+      Effect.provideService(CliOutput, { stdout: (text) => void (stdout += text), stderr: () => undefined }),
+      Effect.map((code) => ({ code, stdout }))
+    )
+  })
+
+describe("HIL-06 pending items where a person looks", () => {
+  it.scoped("HIL-06 host.pending, gateway.pending and GET /sessions/:id/pending read a passive session's items without activating it", () =>
+    Effect.gen(function*() {
+      const served = yield* servedWithLogs
+      const fromHost = yield* served.host.pending("awaiting-approval")
+      assert.deepStrictEqual(fromHost, [{
+        _tag: "Approval",
+        sessionId: sid("awaiting-approval"),
+        seq: 4,
+        turn: 1,
+        step: 1,
+        callId: "c1",
+        approvalId: "ap-c1",
+        tool: "deploy",
+        arguments: "{\"env\":\"prod\"}",
+        deadline: T + 60_000
+      }])
+      const fromGateway = yield* served.gateway.pending!("awaiting-answer")
+      assert.deepStrictEqual(fromGateway.map((item) => [item._tag, item.sessionId, item.callId]), [
+        ["Question", "awaiting-answer", "c1"]
+      ])
+      assert.deepStrictEqual(yield* served.gateway.pending!("settled"), [])
+      const overHttp = yield* request(`${served.url}/sessions/awaiting-answer/pending`)
+      assert.strictEqual(overHttp.status, 200)
+      assert.deepStrictEqual(overHttp.body, {
+        pending: [{
+          _tag: "Question",
+          sessionId: "awaiting-answer",
+          seq: 5,
+          turn: 1,
+          step: 1,
+          callId: "c1",
+          requestId: "q1",
+          question: "Which region?",
+          jsonSchema: { type: "string" }
+        }]
+      })
+      const missing = yield* request(`${served.url}/sessions/nobody/pending`)
+      assert.strictEqual(missing.status, 404)
+      assert.deepInclude(missing.body as object, { title: "SessionNotFound" })
+      const invalid = yield* request(`${served.url}/sessions/${encodeURIComponent("no spaces")}/pending`)
+      assert.strictEqual(invalid.status, 400)
+      // nothing was activated to answer
+      assert.deepStrictEqual(Array.from(yield* served.host.live, String), ["live-idle"])
+      // a live agent answers from its own log (nothing pending in an idle one)
+      assert.deepStrictEqual(yield* served.host.pending("live-idle"), [])
+    }))
+
+  it.scoped("HIL-06 sessions show lists the pending approvals and questions (human and --json)", () =>
+    Effect.gen(function*() {
+      const directory = yield* tempDirectory("effect-agent-hil-cli-")
+      yield* storeSessions(yield* fileStoreAt(directory))
+      const human = yield* cli("sessions", "show", "awaiting-approval", "--dir", directory)
+      assert.strictEqual(human.code, 0, human.stdout)
+      assert.match(
+        human.stdout,
+        /Pending\s+approval of "deploy" \(call c1, approval ap-c1\) with arguments \{"env":"prod"\}, rejected automatically at 2023-11-14T22:14:20\.000Z/
+      )
+      const json = yield* cli("sessions", "show", "awaiting-answer", "--dir", directory, "--json")
+      assert.strictEqual(json.code, 0, json.stdout)
+      const doc = JSON.parse(json.stdout) as { pending: ReadonlyArray<{ _tag: string; requestId: string }> }
+      assert.deepStrictEqual(doc.pending.map((item) => [item._tag, item.requestId]), [["Question", "q1"]])
+      const none = yield* cli("sessions", "show", "settled", "--dir", directory)
+      assert.match(none.stdout, /Pending\s+nothing to approve or answer/)
+    }).pipe(Effect.provide(NodeContext.layer)))
 })

@@ -160,6 +160,7 @@ const reportJson = (report: inspect.Report, lock: Option.Option<LockHolder>) => 
   tornTailDropped: report.tornTailDropped,
   repair: report.repair,
   inbox: report.inbox,
+  pending: report.pending,
   lock: Option.getOrNull(Option.map(lock, (holder) => holder.description)),
   writer: writerJson(lock)
 })
@@ -186,6 +187,10 @@ const reportFields = (report: inspect.Report, lock: Option.Option<LockHolder>): 
   ["Events", `${report.eventCount}${report.lastEventAt === null ? "" : `, the last at ${iso(report.lastEventAt)}`}`],
   ["Turns", `${report.turns}; ${inspect.describeLastTurn(report.lastTurn, lockWriter(lock))}`],
   ["Inbox", `${report.inbox.nextTurn} pending for the next turn, ${report.inbox.nextStep} for the next step`],
+  // HIL-06: what a person has to settle (decide it through the host, the gateway or HTTP)
+  ...(report.pending.length === 0
+    ? [["Pending", "nothing to approve or answer"] as const]
+    : report.pending.map((item, i) => [i === 0 ? "Pending" : "", inspect.describePending(item)] as const)),
   ["Lock", lockText(lock)]
 ]
 
@@ -206,7 +211,9 @@ const show = Command.make("show", { ...storeFlags, id: idArg }, ({ id, ...flags 
     Effect.map(examine(opened, sessionId), ({ lock, report }) => ({
       json: reportJson(report, lock),
       human: fields(reportFields(report, lock))
-    })))).pipe(Command.withDescription("show a session's header, size, last turn, inbox and lock (read-only)"))
+    })))).pipe(Command.withDescription(
+      "show a session's header, size, last turn, inbox, pending approvals and questions, and lock (read-only)"
+    ))
 
 const repairLines = (closers: ReadonlyArray<inspect.Closer>) =>
   closers.map((closer) => `  seq ${closer.seq} ${closer.type}: ${closer.description}`)
@@ -512,7 +519,7 @@ const sessionsUsage = [
   "",
   "commands:",
   "  list                       the stored sessions, unreadable ones included",
-  "  show <id>                  a session's header, size, last turn, inbox and lock",
+  "  show <id>                  a session's header, size, last turn, inbox, pending approvals and lock",
   "  export <id> [--format f]   the session as JSONL or (--format markdown) a transcript",
   "  verify <id>                the checks a resume runs, without writing",
   "  repair <id>                close an interrupted last turn, under the session's lock",

@@ -9,7 +9,9 @@
 import { Effect, Option } from "effect"
 import type * as AgentError from "../AgentError.js"
 import * as inbox from "../internal/agent/inbox.js"
+import * as pendingItems from "../internal/log/pending.js"
 import type { ContentPart, SessionId } from "../Message.js"
+import type * as Pending from "../Pending.js"
 import * as Repair from "../Repair.js"
 import type { CoreEvent, SessionEvent, SessionHeader } from "../SessionEvent.js"
 import type { StoredSession } from "../SessionPersistence.js"
@@ -48,6 +50,8 @@ export interface Report {
   readonly repair: ReadonlyArray<Closer>
   /** The pending inbox after that repair. */
   readonly inbox: InboxCounts
+  /** HIL-06: what a person still has to settle in the suspended turn (approvals, questions), oldest first. */
+  readonly pending: ReadonlyArray<Pending.Item>
 }
 
 const field = <A>(event: SessionEvent, key: string): A => (event.data as Record<string, unknown>)[key] as A
@@ -110,9 +114,19 @@ export const report = (
       lastTurn: lastTurnOf(events),
       tornTailDropped: stored.tornTailDropped,
       repair: closers.map((event) => ({ seq: event.seq, type: event.type, description: describeCloser(event) })),
-      inbox: { nextTurn: projection.lists["next-turn"].length, nextStep: projection.lists["next-step"].length }
+      inbox: { nextTurn: projection.lists["next-turn"].length, nextStep: projection.lists["next-step"].length },
+      pending: pendingItems.itemsOf(id, events)
     }
   })
+
+/** HIL-06: one line about a pending item, saying how to settle it. @internal */
+export const describePending = (item: Pending.Item): string => {
+  const deadline = item.deadline === undefined ? "" : `, rejected automatically at ${new Date(item.deadline).toISOString()}`
+  return item._tag === "Approval"
+    ? `approval of ${JSON.stringify(item.tool)} (call ${item.callId}, approval ${item.approvalId}) with arguments ` +
+      `${item.arguments.length > 200 ? `${item.arguments.slice(0, 200)}…` : item.arguments}${deadline}`
+    : `question ${JSON.stringify(item.question)} (call ${item.callId}, request ${item.requestId})${deadline}`
+}
 
 /** @internal */
 export const describeLastTurn = (turn: LastTurn, writer?: Writer | undefined): string => {

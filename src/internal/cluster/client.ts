@@ -157,6 +157,7 @@ export const make = Effect.gen(function*() {
   const shape: Cluster.ClusterClientShape = {
     list,
     summary: (id) => call(id, (client) => client.Summary()),
+    pending: (id) => call(id, (client) => client.Pending()).pipe(Effect.withSpan("ClusterClient.pending")),
     create: (id, request) =>
       Effect.flatMap(requests.createOf(id, request), ({ key, request }) => callKey(key, (client) => client.Create(request)))
         .pipe(Effect.withSpan("ClusterClient.create")),

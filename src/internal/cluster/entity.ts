@@ -328,6 +328,7 @@ export const behaviour = Effect.gen(function*() {
 
   return AgentEntity.of({
     Summary: () => runner.gateway.summary(id),
+    Pending: () => runner.host.pending(id),
     Create: ({ payload }) => lease(runner.gateway.create(id, payload)),
     Send: ({ payload }) => enqueue(cell, payload.message, payload.mode),
     // APP-05: the request was decoded by the client (ARCH-04); the run and the read happen here, on the owner
@@ -354,6 +355,7 @@ export const behaviour = Effect.gen(function*() {
 const invalidEntity = (error: InvalidSessionId) =>
   AgentEntity.of({
     Summary: () => Effect.fail(error),
+    Pending: () => Effect.fail(error),
     Create: () => Effect.fail(error),
     Send: () => Effect.fail(error),
     Run: () => Effect.fail(error),

@@ -19,6 +19,7 @@ import { Effect, Predicate, Schema } from "effect"
 import * as AgentError from "../../AgentError.js"
 import * as AgentHost from "../../AgentHost.js"
 import { InvalidSessionId, SessionId, UserMessage } from "../../Message.js"
+import * as Pending from "../../Pending.js"
 import * as SessionError from "../../SessionError.js"
 import {
   AgentOptions,
@@ -160,6 +161,8 @@ const CreateFields = {
 /** @internal */
 export const AgentEntity = Entity.make("effect-agent/Agent", [
   Rpc.make("Summary", { success: SessionInfo, error: ReadError }),
+  // HIL-06: read where the session lives (a live agent's own items, else its log)
+  Rpc.make("Pending", { success: Schema.Array(Pending.Item), error: ReadError }),
   Rpc.make("Create", { payload: CreateFields, success: CreateResult, error: ActivationError }),
   Rpc.make("Send", {
     payload: { message: UserMessage, mode: SendMode },

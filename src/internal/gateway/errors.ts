@@ -89,3 +89,20 @@ export class RunsUnsupported extends Schema.TaggedError<RunsUnsupported>("effect
     return "this gateway does not run turns (it has no run/turn methods); send messages and read the events instead"
   }
 }
+
+/**
+ * This gateway does not offer people in the loop (HIL-06): a gateway without the optional
+ * `pending`/`decide`/`respond` methods.
+ *
+ * @since 0.3.0
+ * @category errors
+ */
+export class DecisionsUnsupported extends Schema.TaggedError<DecisionsUnsupported>("effect-agent/DecisionsUnsupported")(
+  "DecisionsUnsupported",
+  {}
+) {
+  override get message(): string {
+    return "this gateway does not list pending approvals and questions or take decisions (it has no " +
+      "pending/decide/respond methods); serve it with SessionGateway.layerHost or the cluster client"
+  }
+}

@@ -387,6 +387,10 @@ const eventsIntoSink = (g: GatewayState): EventsInto => (id, seq, sink) =>
     onSuccess: (key) => runInto(hostReader(g, key, seq), liveAgent(g, key), "SessionGateway.eventsFrom", sink)
   })
 
+/** HIL-06: the host's answer, which reads a passive session's log without activating it. */
+const pendingOf = (g: GatewayState, id: string) =>
+  Effect.flatMap(validId(id), (key) => g.host.pending(key)).pipe(Effect.withSpan("SessionGateway.pending"))
+
 const serviceOf = (g: GatewayState): SessionGateway["Type"] => ({
   list: (request) => list(g, request),
   summary: (id) => summaryById(g, id),
@@ -400,6 +404,7 @@ const serviceOf = (g: GatewayState): SessionGateway["Type"] => ({
   remove: (id) => remove(g, id),
   eventsFrom: (id, seq) => eventsFrom(g, id, seq),
   eventsInto: eventsIntoSink(g),
+  pending: (id) => pendingOf(g, id),
   ready: Effect.map(Deferred.isDone(g.recovered), (done) => done)
 })
 

@@ -19,6 +19,7 @@ import { sessionId as parseSessionId } from "../../Message.js"
 import type { SessionEvent } from "../../SessionEvent.js"
 import { SessionPersistence } from "../../SessionPersistence.js"
 import { get, setupForOf, use } from "./activation.js"
+import * as decisions from "./decisions.js"
 import { drain } from "./drain.js"
 import * as hostEvents from "./events.js"
 import { passivate, watchActivity } from "./passivation.js"
@@ -137,6 +138,7 @@ const serviceOf = (s: HostState, readerHost = readerHostOf(s)): AgentHost.AgentH
   eventsFrom: eventsFromOf(s, readerHost),
   eventsInto: eventsIntoOf(s, readerHost),
   remove: (id) => remove(s, id),
+  pending: (id) => decisions.pending(s, id),
   passivate: (id) => passivateById(s, id),
   live: Effect.sync(() => Array.from(s.lru.keys())),
   recovery: Deferred.await(s.recovered)

@@ -18,6 +18,7 @@ import {
 import { Context, Schema } from "effect"
 import * as AgentError from "../../AgentError.js"
 import { InvalidSessionId } from "../../Message.js"
+import * as Pending from "../../Pending.js"
 import * as SessionError from "../../SessionError.js"
 import * as Gateway from "../../SessionGateway.js"
 import { TurnResult } from "../../TurnResult.js"
@@ -116,6 +117,7 @@ export const statusOf: Readonly<Record<string, number>> = {
   MessageDiscarded: 409,
   TurnNotFound: 404,
   RunsUnsupported: 501,
+  DecisionsUnsupported: 501,
   ForkInsideOpenTurn: 409,
   SessionConflict: 409,
   SessionAlreadyLive: 409,
@@ -166,6 +168,7 @@ export const SessionProblem = Schema.Union(
   problem(Gateway.TurnRunning),
   problem(AgentError.MessageDiscarded),
   problem(Gateway.RunsUnsupported),
+  problem(Gateway.DecisionsUnsupported),
   problem(AgentError.AgentAlreadyExists),
   problem(SessionError.ForkInsideOpenTurn),
   problem(SessionError.SessionConflict),
@@ -331,6 +334,24 @@ export const DisposeParams = Schema.Struct({
 })
 
 /**
+ * HIL-06: `GET /sessions/:id/pending` answers what a person still has to settle in the session: its
+ * pending approvals and questions, oldest first (`sessionId` names a sub-agent's session for its items).
+ *
+ * @since 0.3.0
+ * @category responses
+ */
+export const PendingList = Schema.Struct({
+  pending: Schema.Array(Schema.Union(
+    Pending.Approval,
+    // the question's JSON Schema is any JSON object: said so to OpenAPI (the recursive JSON type has no name)
+    Schema.TaggedStruct("Question", {
+      ...Pending.Question.fields,
+      jsonSchema: Pending.Question.fields.jsonSchema.annotations({ jsonSchema: { type: "object" } })
+    })
+  ))
+}).annotations({ identifier: "PendingList" })
+
+/**
  * The health routes (no authentication): `GET /healthz` answers while the process serves,
  * `GET /readyz` while the gateway is ready (503 `NotReady` during start-up recovery and drain).
  *
@@ -382,6 +403,7 @@ export class SessionsGroup extends HttpApiGroup.make("sessions")
       .setUrlParams(WaitParams)
       .addSuccess(TurnResult)
   )
+  .add(HttpApiEndpoint.get("pending", "/sessions/:id/pending").setPath(IdPath).addSuccess(PendingList))
   .add(
     HttpApiEndpoint.post("cancel", "/sessions/:id/cancel")
       .setPath(IdPath)

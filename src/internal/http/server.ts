@@ -22,6 +22,7 @@ import type { SessionId } from "../../Message.js"
 import * as SessionError from "../../SessionError.js"
 import type { EventsError, SessionInfo, SessionPage } from "../../SessionGateway.js"
 import {
+  DecisionsUnsupported,
   InvalidRequest,
   RunsUnsupported,
   SessionGateway,
@@ -438,6 +439,12 @@ const sessionsLayer = (settings: Settings) =>
             const id = yield* allow(settings, path.id, "read")
             if (gateway.turn === undefined) return yield* new RunsUnsupported()
             return yield* gateway.turn(id, path.turn, { wait: Duration.seconds(urlParams.wait ?? 0) })
+          }))
+        .handle("pending", ({ path }) =>
+          Effect.gen(function*() {
+            const id = yield* allow(settings, path.id, "read")
+            if (gateway.pending === undefined) return yield* new DecisionsUnsupported()
+            return { pending: yield* gateway.pending(id) }
           }))
         .handle("cancel", ({ path, payload }) =>
           Effect.flatMap(allow(settings, path.id, "cancel"), (id) => gateway.cancel(id, payload)))

@@ -9,6 +9,8 @@
  * @internal
  */
 import { Option } from "effect"
+import type { SessionId } from "../../Message.js"
+import type * as Pending from "../../Pending.js"
 import type { CoreEvent, CoreType, JsonRecord, JsonValue, SessionEvent } from "../../SessionEvent.js"
 
 type Core<T extends CoreType> = Extract<CoreEvent, { readonly type: T }>
@@ -238,4 +240,16 @@ export const openStepRequests = (events: ReadonlyArray<SessionEvent>): Option.Op
 export const isSuspended = (events: ReadonlyArray<SessionEvent>): boolean => {
   const requests = openStepRequests(events)
   return Option.isSome(requests) && requests.value.suspended
+}
+
+/**
+ * HIL-06: the pending items of the log's open step as the public `Pending.Item`s of session `id`
+ * (what `pending` answers for a passive session, read without activating it).
+ *
+ * @internal
+ */
+export const itemsOf = (id: SessionId, events: ReadonlyArray<SessionEvent>): ReadonlyArray<Pending.Item> => {
+  const requests = openStepRequests(events)
+  if (Option.isNone(requests)) return []
+  return requests.value.pending.map((item): Pending.Item => ({ ...item, sessionId: id }))
 }
