@@ -103,7 +103,7 @@ export const retrying = <A, E, R, E2 = never, R2 = never, R3 = never>(
 ): Effect.Effect<A, E | ModelError | E2, R | R2 | R3> =>
   Effect.suspend(() => {
     // the Schedule's driver is made at the first retryable failure: a request that succeeds pays
-    // none of it (PERF-01); the retries after share it
+    // none of it (B5); the retries after share it
     let driver: Schedule.ScheduleDriver<Failure, Failure, R3> | undefined
     const wait = (info: Failure) =>
       driver !== undefined ? driver.next(info) : Effect.flatMap(
