@@ -46,7 +46,7 @@ export interface Listener<A> {
 /** @internal */
 export interface Feed<A> {
   readonly publish: (value: A) => Effect.Effect<void>
-  /** `publish` done now, in the caller's step (a hot path that is already in an Effect, PERF-01). */
+  /** `publish` done now, in the caller's step (a hot path that is already in an Effect, B5). */
   readonly unsafePublish: (value: A) => void
   readonly publishAll: (values: Iterable<A>) => Effect.Effect<void>
   /** Ends every subscriber stream after what was already published; later publications are dropped. */

@@ -45,7 +45,7 @@ export interface HookLists {
 /**
  * What the driver runs at each hook point. The hooks run interruptible (a cancel lands inside a hook,
  * CAN-01); with no hook of the kind registered a runner is its answer at once, an `Exit` that costs
- * no Effect operation (PERF-01).
+ * no Effect operation (B5).
  *
  * @internal
  */
@@ -190,7 +190,7 @@ export const makeLoopHooks = (options: {
   readonly id?: string | undefined
 }): LoopHooksInstance => {
   // a plain cell: every change replaces the lists in one synchronous step, so a reader sees a whole
-  // state (what a `Ref` gives, without an Effect to read it at every hook point, PERF-01)
+  // state (what a `Ref` gives, without an Effect to read it at every hook point, B5)
   let lists = emptyLists
   const active = checkActive(options)
 

@@ -92,7 +92,7 @@ interface RegistryState {
   readonly entries: lifecycle.LifecycleRegistry<Agent, Option.Option<ParentLink>>
   readonly sessionStartHooks: Ref.Ref<ReadonlyArray<SessionStartHook>>
   readonly slot: Ref.Ref<Option.Option<Installation>>
-  /** Changed in one synchronous step at a time (what a `Ref` gives, read without an Effect, PERF-01). */
+  /** Changed in one synchronous step at a time (what a `Ref` gives, read without an Effect, B5). */
   gate: RegionGate
   /** This registry's region nesting depth of the current fiber (inherited by forked children). */
   readonly depthRef: FiberRef.FiberRef<number>
@@ -352,7 +352,7 @@ const setRegionRefs = (
  * INIT-01: `self` as `initiator`'s work, in a region the registry's close awaits (INIT-05): what
  * `acquireUseRelease` with `Effect.locally` of both FiberRefs does — enter (refused once closed), set,
  * run `self` restorably, then restore the two refs and leave whatever its exit — in a few steps
- * instead of ≈60 operations per call (the drain wraps every turn in it, PERF-01).
+ * instead of ≈60 operations per call (the drain wraps every turn in it, B5).
  */
 const regionOf = (s: RegistryState) =>
 <A, E, R>(

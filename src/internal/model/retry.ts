@@ -101,12 +101,23 @@ export const retrying = <A, E, R, E2 = never, R2 = never, R3 = never>(
   attempt: (n: number) => Effect.Effect<A, E | ModelError, R>,
   options: RetryOptions<E2, R2, R3>
 ): Effect.Effect<A, E | ModelError | E2, R | R2 | R3> =>
-  Effect.flatMap(Schedule.driver(backoff(options.policy, options.onRetry)), (driver) => {
+  Effect.suspend(() => {
+    // the Schedule's driver is made at the first retryable failure: a request that succeeds pays
+    // none of it (B5); the retries after share it
+    let driver: Schedule.ScheduleDriver<Failure, Failure, R3> | undefined
+    const wait = (info: Failure) =>
+      driver !== undefined ? driver.next(info) : Effect.flatMap(
+        Schedule.driver(backoff(options.policy, options.onRetry)),
+        (made) => {
+          driver = made
+          return made.next(info)
+        }
+      )
     const run = (n: number): Effect.Effect<A, E | ModelError | E2, R | R2 | R3> =>
-      Effect.flatMap(Effect.exit(attempt(n)), (exit) => {
-        if (Exit.isSuccess(exit)) return exit
-        const failure = Cause.failureOption(exit.cause)
-        if (Cause.isInterrupted(exit.cause) || Option.isNone(failure) || !(failure.value instanceof ModelError)) {
+      Effect.catchAllCause(attempt(n), (cause) => {
+        const exit = Exit.failCause(cause)
+        const failure = Cause.failureOption(cause)
+        if (Cause.isInterrupted(cause) || Option.isNone(failure) || !(failure.value instanceof ModelError)) {
           return exit
         }
         const error = failure.value
@@ -114,7 +125,7 @@ export const retrying = <A, E, R, E2 = never, R2 = never, R3 = never>(
         if (error.retryable) {
           // the driver's wait is the schedule's: it ends (None) when the schedule is done; the wait
           // is interruptible even when the caller is not (a cancel during a backoff lands at once)
-          return Effect.matchEffect(Effect.interruptible(driver.next({ error, attempt: n })), {
+          return Effect.matchEffect(Effect.interruptible(wait({ error, attempt: n })), {
             onFailure: () => exit,
             onSuccess: () => run(n + 1)
           })

@@ -66,7 +66,7 @@ const inboxEvent = (agent: SessionId, change: InboxChange): AgentEvent => {
  * there is one (§6), and goes to the agent's feed and to the registry's.
  */
 const emitterOf = (feed: Feed.Feed<AgentEvent>, publisher: AgentPublisher) => (event: AgentEvent) =>
-  // one step reads the initiator and delivers to the agent's feed; the registry's publish follows (PERF-01)
+  // one step reads the initiator and delivers to the agent's feed; the registry's publish follows (B5)
   Effect.withFiberRuntime<void>((fiber) => {
     const initiator = fiber.getFiberRef(currentInitiatorRef)
     const named = Option.isSome(initiator) && event.initiator === undefined
