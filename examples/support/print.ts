@@ -64,6 +64,10 @@ export const describeEvent = (event: AgentEvent.AgentEvent): string => {
       return `  model retry ${event.attempt} after ${event.code} (in ${Duration.format(event.delay)})`
     case "Compacted":
       return `  compacted the first ${event.upTo} events into a summary (#${event.seq})`
+    case "ApprovalRequested":
+      return `  tool ${event.tool} (${event.callId}) waits for approval`
+    case "ApprovalDecided":
+      return `  tool call ${event.callId} ${event.decision}`
     case "TurnEnded":
       return `turn ${event.turn} ended: ${reasonText(event.reason)}`
     case "AgentError":
