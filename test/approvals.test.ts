@@ -1,8 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Schema } from "effect"
+import { Effect, Schema, TestClock } from "effect"
 import * as Model from "../src/Model.js"
 import * as Tool from "../src/Tool.js"
-import { makeHarness, msg, ofType, typesOf } from "./fixtures/driverHarness.js"
+import { makeHarness, msg, nextEvent, ofType, tagged, typesOf } from "./fixtures/driverHarness.js"
 
 const ran: Array<string> = []
 
@@ -105,5 +105,28 @@ describe("approvals", () => {
       assert.strictEqual(ofType(events, "tool/approval-decided")[0]!.data.decision, "canceled")
       assert.strictEqual(ofType(events, "tool/result")[0]!.data.error?.code, "CANCELED")
       assert.strictEqual(ofType(events, "turn/end")[0]!.data.reason.kind, "aborted")
+    }))
+
+  it.scoped("HIL-05 approvalTimeout: at the stored deadline (the Clock's time) the request is rejected with reason timeout", () =>
+    Effect.gen(function*() {
+      ran.length = 0
+      const harness = yield* makeHarness(script)
+      const { agent } = yield* harness.create("a5", {
+        options: { provider: "scripted", model: "test", approvalTimeout: "1 minute" },
+        setup: (a) => a.tools.register(deploy)
+      })
+      yield* agent.followup(msg("m1"))
+      yield* agent.whenIdle
+      const requested = ofType(yield* agent.session.events, "tool/approval-requested")[0]!
+      assert.strictEqual(requested.data.deadline, 60_000)
+      // the decision's live event follows its durable write (EVS-02); the turn's end follows the decision
+      const ended = yield* nextEvent(agent, tagged("TurnEnded"))
+      yield* TestClock.adjust("2 minutes")
+      yield* ended
+      const events = yield* agent.session.events
+      const decided = ofType(events, "tool/approval-decided")[0]!
+      assert.strictEqual(decided.data.decision, "rejected")
+      assert.strictEqual(decided.data.reason, "timeout")
+      assert.deepStrictEqual(ran, [])
     }))
 })
