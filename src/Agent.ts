@@ -14,6 +14,7 @@ import type * as Compaction from "./Compaction.js"
 import type { Inbox } from "./Inbox.js"
 import type { SessionId, UserMessage } from "./Message.js"
 import type { ModelSettings, OutputFormat } from "./ModelSettings.js"
+import type * as Pending from "./Pending.js"
 import type { Session } from "./Session.js"
 import type { SessionAppendError } from "./SessionError.js"
 import type { CancelCause, ChildOf, InboxTarget, JsonRecord, SessionEvent } from "./SessionEvent.js"
@@ -449,7 +450,7 @@ export interface Agent {
   readonly respond: (
     requestId: string,
     value: unknown
-  ) => Effect.Effect<{ readonly duplicate: boolean }, AgentError.RespondError>
+  ) => Effect.Effect<Pending.Decision, AgentError.RespondError>
   /**
    * Declines the question `requestId` (HIL-03): its `ask` fails `QuestionDeclined` (with `reason`,
    * which the log does not keep). Idempotent as `respond`.
@@ -459,7 +460,42 @@ export interface Agent {
   readonly decline: (
     requestId: string,
     options?: { readonly reason?: string | undefined } | undefined
-  ) => Effect.Effect<{ readonly duplicate: boolean }, AgentError.DeclineError>
+  ) => Effect.Effect<Pending.Decision, AgentError.DeclineError>
+  /**
+   * Approves the call `callId` (or its `approvalId`) that waits for approval: logs
+   * `tool/approval-decided {decision: "approved"}` and the call runs — with `arguments` (JSON text,
+   * decoded with the tool's parameters: `InvalidApprovalArguments` otherwise) in place of the
+   * model's. The same decision again returns `{duplicate: true}`; a different one fails
+   * `ApprovalAlreadyDecided`; an unknown id `ApprovalNotFound`; none of these writes anything.
+   *
+   * @since 0.3.0
+   */
+  readonly approve: (
+    callId: string,
+    options?: { readonly reason?: string | undefined; readonly arguments?: string | undefined } | undefined
+  ) => Effect.Effect<Pending.Decision, AgentError.ApproveError>
+  /**
+   * Rejects the call `callId` (or its `approvalId`): logs `tool/approval-decided {decision:
+   * "rejected"}`; the call gets its `tool/call` and an error result `REJECTED` whose text is
+   * `message` (what the model sees). With `endTurn`, the turn ends once that result is written.
+   * Idempotent as `approve` is.
+   *
+   * @since 0.3.0
+   */
+  readonly reject: (
+    callId: string,
+    options?: {
+      readonly reason?: string | undefined
+      readonly message?: string | undefined
+      readonly endTurn?: boolean | undefined
+    } | undefined
+  ) => Effect.Effect<Pending.Decision, AgentError.RejectError>
+  /**
+   * What waits for a person in the open step (approvals, questions), read from the log.
+   *
+   * @since 0.3.0
+   */
+  readonly pending: Effect.Effect<ReadonlyArray<Pending.Item>>
   /** Per-agent tools, scoped registrations. */
   readonly tools: ToolRegistryShape
   /** Per-agent hooks, scoped registrations. */

@@ -178,6 +178,30 @@ export type AgentEvent = Data.TaggedEnum<{
     readonly value?: JsonValue | undefined
     readonly seq: number
   }
+  /**
+   * A call waits for a person's approval: its `tool/approval-requested` is durable (`seq`).
+   * `arguments` is the model's raw argument text; `deadline` (epoch ms) when it is rejected
+   * automatically, if it has one. (@since 0.3.0)
+   */
+  ApprovalRequested: Base & {
+    readonly turn: number
+    readonly step: number
+    readonly callId: string
+    readonly approvalId: string
+    readonly tool: string
+    readonly arguments: string
+    readonly deadline?: number | undefined
+    readonly seq: number
+  }
+  /** An approval request was settled: its `tool/approval-decided` is durable (`seq`). (@since 0.3.0) */
+  ApprovalDecided: Base & {
+    readonly turn: number
+    readonly step: number
+    readonly callId: string
+    readonly decision: "approved" | "rejected" | "canceled"
+    readonly reason?: string | undefined
+    readonly seq: number
+  }
   /** `seq`: the turn's `turn/end`. */
   TurnEnded: Base & Mirrored & { readonly turn: number; readonly reason: TurnEndReason }
   AgentError: Base & {

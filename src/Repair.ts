@@ -11,6 +11,7 @@ import { Option } from "effect"
 import type { MessageId, ToolResultMessage, UserMessage } from "./Message.js"
 import type { CoreEvent, CoreType, InboxTarget, SessionEvent } from "./SessionEvent.js"
 import * as history from "./internal/log/history.js"
+import { isSuspended } from "./internal/log/pending.js"
 import { deepFreeze } from "./internal/json.js"
 
 type Core<T extends CoreType> = Extract<CoreEvent, { readonly type: T }>
@@ -204,6 +205,10 @@ export interface SettledResult {
  * 3. `step/end` if a step is open;
  * 4. `turn/end {kind:"interrupted"}`.
  *
+ * A suspended step (since 0.3.0: one that waits for a person's decision or answer, HIL-04) is not
+ * interrupted: only its dispatched calls without a result get step 2's closer, and no `step/end` or
+ * `turn/end` is written.
+ *
  * `options.seedLength` (the header's) makes splices of a fork's seed invisible, like the inbox
  * replay (INB-05). `options.settled` (since 0.3.0) gives the results of calls known from elsewhere
  * — a sub-agent call whose child's turn had ended (SUB-02) — written in that call's place in step 2
@@ -306,6 +311,15 @@ export const closers = (
         }))
       }
     }
+  }
+
+  // HIL-04: a suspended step waits for a person, it was not interrupted: only its dispatched calls
+  // without a result are closed (REP-02), and the step and turn stay open
+  if (lost.length === 0 && isSuspended(events)) {
+    for (const call of calls.values()) {
+      if (call.dispatched && !answered.has(call.callId)) out.push(stamp(callCloser(turn, call, options?.settled)))
+    }
+    return out.length === 0 ? emptyClosers : Object.freeze(out)
   }
 
   // (b) One error result per call without a result, in the order the calls appeared.

@@ -593,7 +593,7 @@ export interface LoopHooksShape {
    * point (read afresh at every point). An object that spreads a registry and replaces a method
    * keeps the registry's `list`, so its hooks run as the registry's own do (ARCH-01). Synchronous:
    * the lists are replaced on each change, never changed in place, so a hook point with nothing
-   * registered costs no Effect operation (PERF-01).
+   * registered costs no Effect operation.
    *
    * @since 0.3.0
    */

@@ -68,6 +68,10 @@ export const describeEvent = (event: AgentEvent.AgentEvent): string => {
       return `  tool ${event.callId} asks [${event.requestId}]: ${quote(event.question)}`
     case "InputProvided":
       return `  question [${event.requestId}] ${event.outcome}`
+    case "ApprovalRequested":
+      return `  tool ${event.tool} (${event.callId}) waits for approval`
+    case "ApprovalDecided":
+      return `  tool call ${event.callId} ${event.decision}`
     case "TurnEnded":
       return `turn ${event.turn} ended: ${reasonText(event.reason)}`
     case "AgentError":

@@ -8,7 +8,7 @@
  */
 import { Cause, Effect, Exit, Fiber, FiberId, FiberRef, Option, Queue } from "effect"
 import type { Activity, DriverState, Phase } from "./state.js"
-import { idle, markBroken, setStatus, updatePhase } from "./state.js"
+import { activityOf, idle, markBroken, setStatus, updatePhase } from "./state.js"
 
 /**
  * The activity the current fiber belongs to (set in an activity's fiber, inherited by the fibers it
@@ -66,7 +66,9 @@ const drainFiber = (state: DriverState, queue: Queue.Queue<void>): Effect.Effect
 const startRequested = (state: DriverState): Effect.Effect<void> =>
   Effect.suspend(() => {
     const requested = state.phase
-    if (requested._tag === "Idle" || requested.activity.fiber !== undefined) return Effect.void
+    if (requested._tag === "Idle" || requested._tag === "Suspended" || requested.activity.fiber !== undefined) {
+      return Effect.void
+    }
     const activity = requested.activity
     // its cancel cause becomes `cancelCell`, readable without effects (the claim guard, INB-06)
     state.started = activity
@@ -89,7 +91,7 @@ const startRequested = (state: DriverState): Effect.Effect<void> =>
  */
 const afterActivity = (state: DriverState, activity: Activity, exit: Exit.Exit<void>): Effect.Effect<void> => {
   const phase = state.phase
-  return phase._tag !== "Idle" && phase.activity === activity
+  return activityOf(phase) === activity
     ? recoverDead(
       state,
       activity,
@@ -105,7 +107,7 @@ const recoverDead = (
   cause: Cause.Cause<unknown>
 ): Effect.Effect<void> =>
   updatePhase(state, (current) => {
-    if (activity !== undefined && (current._tag === "Idle" || current.activity !== activity)) {
+    if (activity !== undefined && activityOf(current) !== activity) {
       return Effect.succeed(current)
     }
     if (Option.isNone(state.broken)) state.broken = Option.some(Cause.squash(cause))

@@ -9,7 +9,7 @@
 import type { Array as Arr } from "effect"
 import type { AssistantMessage, MessageId } from "../../../Message.js"
 import type { CoreEventInput, TurnEndReason } from "../../../SessionEvent.js"
-import type { TurnContext } from "./turnContext.js"
+import type { PendingCall, TurnContext } from "./turnContext.js"
 import { resultEvent, textResult } from "./turnContext.js"
 
 const ABORTED_TEXT = "The tool was interrupted by a cancellation while it was running. It may have partly run: " +
@@ -44,11 +44,78 @@ const interruptedMessage = (ctx: TurnContext, step: number): CoreEventInput => (
   }
 })
 
+const CANCELED_TEXT = "The tool call was canceled before it was approved; it did not run."
+const REJECTED_TEXT = "The user rejected this tool call; it did not run."
+
+/**
+ * HIL-05: a call that waited for a decision when its turn ended: an undecided one is settled
+ * `canceled` (durably); each gets its `tool/call` and its error result (`REJECTED` for a rejected
+ * one, `CANCELED` otherwise).
+ */
+const waitingCallClosers = (ctx: TurnContext, step: number, call: PendingCall, events: Array<CoreEventInput>) => {
+  const approval = call.approval!
+  if (approval.decision === undefined) {
+    events.push({
+      type: "tool/approval-decided",
+      data: { turn: ctx.turn, step, callId: call.callId, decision: "canceled", initiator: null }
+    })
+  }
+  const rejected = approval.decision === "rejected"
+  events.push({
+    type: "tool/call",
+    data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: approval.arguments ?? call.arguments }
+  })
+  events.push({
+    type: "tool/result",
+    data: {
+      turn: ctx.turn,
+      step,
+      message: textResult(call, rejected ? approval.message ?? REJECTED_TEXT : CANCELED_TEXT, true),
+      error: rejected ? { name: "ToolRejected", code: "REJECTED" } : { name: "ToolCanceled", code: "CANCELED" }
+    }
+  })
+}
+
+/**
+ * HIL-04: what a disposal writes of a step that waits for a person: only the results of its calls
+ * that ran (`ABORTED` for one still running, LIFE-06); the step and the turn stay open. The calls
+ * are marked as resulted.
+ *
+ * @internal
+ */
+export const suspendedClosers = (ctx: TurnContext): Array<CoreEventInput> => {
+  const events: Array<CoreEventInput> = []
+  const step = ctx.openStep!
+  for (let i = ctx.logged; i < ctx.calls.length; i++) {
+    const call = ctx.calls[i]!
+    if (call.resulted === true || call.state === "waiting") continue
+    events.push(
+      call.state === "started" || call.result === undefined
+        ? {
+          type: "tool/result",
+          data: {
+            turn: ctx.turn,
+            step,
+            message: textResult(call, ABORTED_TEXT, true),
+            error: { name: "ToolAborted", code: "ABORTED" }
+          }
+        }
+        : resultEvent(ctx.turn, step, call.result)
+    )
+    call.state = "done"
+    call.resulted = true
+  }
+  return events
+}
+
 /** CAN-05: the result events of the open step's calls not logged yet. */
 const callClosers = (ctx: TurnContext, step: number, events: Array<CoreEventInput>): void => {
   for (let i = ctx.logged; i < ctx.calls.length; i++) {
     const call = ctx.calls[i]!
-    if (call.state === "waiting") {
+    if (call.resulted === true) continue
+    if (call.state === "waiting" && call.approval !== undefined) {
+      waitingCallClosers(ctx, step, call, events)
+    } else if (call.state === "waiting") {
       events.push({
         type: "tool/call",
         data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }

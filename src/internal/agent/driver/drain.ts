@@ -10,6 +10,8 @@ import { request } from "./activity.js"
 import type { DriverState, Phase } from "./state.js"
 import { idle, markBroken, modifyPhase, setStatus, updatePhase } from "./state.js"
 import type { TurnOutcome } from "./turn.js"
+import type { TurnContext } from "./turnContext.js"
+import { isUndecided } from "./turnContext.js"
 import { runTurn } from "./turn.js"
 
 /**
@@ -18,20 +20,48 @@ import { runTurn } from "./turn.js"
  *
  * @internal
  */
-export const drain = (state: DriverState, firstTurn: number): Effect.Effect<void> =>
+export const drain = (state: DriverState, firstTurn: number, resumed?: TurnContext): Effect.Effect<void> =>
   Effect.gen(function*() {
     let turn = firstTurn
+    let ctx = resumed
     while (true) {
-      const outcome = yield* state.deps.withInitiator(runTurn(state, turn)).pipe(
+      const outcome = yield* state.deps.withInitiator(runTurn(state, turn, ctx)).pipe(
         Effect.catchAllCause((cause) =>
           Effect.as(markBroken(state, Cause.squash(cause), turn), Option.none<TurnOutcome>())
         )
       )
-      const next = yield* modifyPhase(state, (phase) => nextTurn(state, phase, outcome))
+      const next = yield* modifyPhase(state, (phase) =>
+        Option.isSome(outcome) && outcome.value.suspended !== undefined
+          ? suspendOrGoOn(state, phase, outcome.value.suspended)
+          : nextTurn(state, phase, outcome))
       if (Option.isNone(next)) return
-      turn = next.value
+      turn = next.value.turn
+      ctx = next.value.ctx
     }
   })
+
+/**
+ * HIL-04, under the state lock: a turn that stopped suspended goes on at once when a decision came
+ * after it last looked (or a cancel, or `endTurn`), unless the agent is being disposed (a disposed
+ * agent's suspended turn stays open, writing nothing); else the phase becomes `Suspended`.
+ */
+const suspendOrGoOn = (state: DriverState, phase: Phase, ctx: TurnContext) =>
+  Effect.gen(function*() {
+    const cause = phase._tag === "Running" ? phase.activity.cause : Option.none()
+    const canceled = Option.isSome(cause) && cause.value.kind !== "disposed"
+    const runnable = ctx.calls.some((call) => call.state === "waiting" && !isUndecided(call))
+    if (!state.disposing && Option.isNone(state.broken) && (canceled || runnable || ctx.endTurn)) {
+      return [Option.some({ turn: ctx.turn, ctx }), phase] as const
+    }
+    yield* setStatus(state, "awaiting-input")
+    const suspended: Phase = { _tag: "Suspended", ctx }
+    return [Option.none<Next>(), suspended] as const
+  })
+
+interface Next {
+  readonly turn: number
+  readonly ctx: TurnContext | undefined
+}
 
 /**
  * TURN-07, under the state lock: the next turn's number once its `turn/start` is written, when the
@@ -45,10 +75,11 @@ const nextTurn = (state: DriverState, phase: Phase, outcome: Option.Option<TurnO
     if (continues && (yield* state.deps.inbox.hasPending)) {
       const turn = state.sessionCore.lastTurn() + 1
       const opened = yield* Effect.exit(state.sessionCore.appendCore([{ type: "turn/start", data: { turn } }]))
-      if (Exit.isSuccess(opened)) return [Option.some(turn), phase] as const
+      if (Exit.isSuccess(opened)) return [Option.some<Next>({ turn, ctx: undefined }), phase] as const
       yield* markBroken(state, Cause.squash(opened.cause))
     }
-    return yield* settle(state, phase)
+    const [, settled] = yield* settle(state, phase)
+    return [Option.none<Next>(), settled] as const
   })
 
 /**
@@ -57,7 +88,7 @@ const nextTurn = (state: DriverState, phase: Phase, outcome: Option.Option<TurnO
  * other's is the flag a waking send during maintenance set (AGT-04).
  */
 const isLatched = (state: DriverState, phase: Phase): boolean =>
-  phase._tag !== "Idle" && (Option.isSome(phase.activity.cause)
+  (phase._tag === "Running" || phase._tag === "Maintenance") && (Option.isSome(phase.activity.cause)
     ? state.deps.inbox.hasPendingWakingFrom(phase.activity.cancelMark)
     : phase.wakeRequested)
 

@@ -24,6 +24,9 @@ import * as compaction from "../compaction.js"
 import * as questions from "./questions.js"
 import * as turnOptions from "./turnOptions.js"
 import * as verbs from "./verbs.js"
+import * as approvals from "./approvals.js"
+import * as decisions from "./decisions.js"
+import type * as Pending from "../../../Pending.js"
 
 export type { DriverDeps } from "./state.js"
 
@@ -92,6 +95,31 @@ export interface Driver {
   readonly isActive: () => boolean
   /** OBS-02: the agent was torn down: its inbox leaves `Metrics.inboxDepth`. */
   readonly unmeter: () => void
+  /** HIL-02: decides an approval request (by call id or approval id). */
+  readonly decide: (
+    ref: string,
+    input: decisions.DecisionInput
+  ) => Effect.Effect<
+    Pending.Decision,
+    | AgentError.ApprovalNotFound
+    | AgentError.ApprovalAlreadyDecided
+    | AgentError.InvalidApprovalArguments
+    | AgentError.AgentInactive
+    | SessionError.SessionAppendError
+  >
+  /** HIL-02: `decide` of a rejection (which never fails `InvalidApprovalArguments`). */
+  readonly decideReject: (
+    ref: string,
+    input: Extract<decisions.DecisionInput, { readonly kind: "reject" }>
+  ) => Effect.Effect<
+    Pending.Decision,
+    | AgentError.ApprovalNotFound
+    | AgentError.ApprovalAlreadyDecided
+    | AgentError.AgentInactive
+    | SessionError.SessionAppendError
+  >
+  /** HIL-06: the pending items of the open step. */
+  readonly pending: Effect.Effect<ReadonlyArray<Pending.Item>>
 }
 
 /**
@@ -157,6 +185,22 @@ class DriverHandle implements Driver {
   unmeter() {
     this.state.deps.inbox.unmeter()
   }
+  decide(ref: string, input: decisions.DecisionInput) {
+    const state = this.state
+    return Effect.flatMap(approvals.currentInitiator, (initiator) => decisions.decide(state, ref, input, initiator))
+  }
+  decideReject(ref: string, input: Extract<decisions.DecisionInput, { readonly kind: "reject" }>) {
+    // a rejection carries no arguments to decode
+    return Effect.catchIf(
+      this.decide(ref, input),
+      (e): e is AgentError.InvalidApprovalArguments => e._tag === "InvalidApprovalArguments",
+      (e) => Effect.die(e)
+    )
+  }
+  get pending() {
+    const state = this.state
+    return Effect.sync(() => approvals.pendingOf(state.deps.id, state.sessionCore.log()))
+  }
   neverActive() {
     return this.state.phaseLock === undefined
   }
@@ -174,4 +218,14 @@ export const make = (deps: DriverDeps): Effect.Effect<Driver> => Effect.sync(() 
  *
  * @internal
  */
-export const unsafeMake = (deps: DriverDeps): Driver => new DriverHandle(new DriverState(deps))
+export const unsafeMake = (deps: DriverDeps): Driver => {
+  const state = new DriverState(deps)
+  state.armDeadline = (callId, deadline) => decisions.armDeadline(state, callId, deadline)
+  // HIL-04: a resumed session whose turn waits for a person comes up suspended, with its pending items
+  const suspended = approvals.resumeContext(state.sessionCore.log())
+  if (suspended !== undefined) {
+    state.phase = { _tag: "Suspended", ctx: suspended }
+    state.status = "awaiting-input"
+  }
+  return new DriverHandle(state)
+}

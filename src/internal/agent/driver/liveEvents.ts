@@ -31,6 +31,7 @@ export const summaryOf = (message: ToolResultMessage): string => {
 
 type AssistantLogged = Extract<CoreEvent, { readonly type: "assistant/message" }>
 type ResultLogged = Extract<CoreEvent, { readonly type: "tool/result" }>
+type DecidedLogged = Extract<CoreEvent, { readonly type: "tool/approval-decided" }>
 
 /** EVS-02: the `AssistantMessage` of a durable `assistant/message`. @internal */
 export const assistantMessage = (state: DriverState, logged: SessionEvent): AgentEvent => {
@@ -82,7 +83,11 @@ export const closerMirrors = (
   for (let i = 0; i < written.length - 1; i++) {
     const event = written[i]!
     if (event.type === "assistant/message") out.push(assistantMessage(state, event))
-    else if (event.type === "tool/result") {
+    else if (event.type === "tool/approval-decided") {
+      // HIL-05: a request the cancel settled
+      const { callId, decision, step, turn } = (event as unknown as DecidedLogged).data
+      out.push(AgentEvent.ApprovalDecided({ agent: state.deps.id, turn, step, callId, decision, seq: event.seq }))
+    } else if (event.type === "tool/result") {
       const callId = (event as unknown as ResultLogged).data.message.toolCallId
       const call = ctx.calls.find((c) => c.callId === callId)
       if (call !== undefined && call.state !== "waiting") out.push(toolCallFinished(state, event))

@@ -25,6 +25,7 @@ import { make as makeLock } from "../../lock.js"
 import type { Telemetry } from "../../observability.js"
 import type { QuestionBook } from "./questions.js"
 import { core, type SessionCore } from "../../log/session.js"
+import type { TurnContext } from "./turnContext.js"
 
 /** What the driver is built from: the agent's session, inbox, options and the factory's services. @internal */
 export interface DriverDeps {
@@ -45,6 +46,8 @@ export interface DriverDeps {
    * of the factory's runtime, never the builder's or a waker's (§6.3).
    */
   readonly forkDrain: (drain: Effect.Effect<never>) => Effect.Effect<Fiber.RuntimeFiber<never>>
+  /** HIL-05: forks a deadline's timer into the agent's Scope, with the factory runtime's FiberRefs (its Clock). */
+  readonly forkTimer: (timer: Effect.Effect<void>) => Effect.Effect<void>
   /**
    * The route of the last `request/config` in the log at construction (the last that is not a
    * turn's own, APP-04), with the agent's stored output format (OUT-01).
@@ -90,6 +93,23 @@ export type Phase =
   | { readonly _tag: "Idle" }
   | { readonly _tag: "Maintenance"; readonly activity: Activity; readonly wakeRequested: boolean }
   | { readonly _tag: "Running"; readonly activity: Activity; readonly wakeRequested: boolean }
+  | Suspended
+
+/**
+ * HIL-04 (ruling "The driver's Suspended phase"): the open turn waits for a person and nothing runs.
+ * No new turn starts (next-turn input queues behind it), `wake` does nothing, maintenance is busy,
+ * `whenIdle` resolves; a decision (or a cancel) starts the activity that continues the turn.
+ *
+ * @internal
+ */
+export interface Suspended {
+  readonly _tag: "Suspended"
+  readonly ctx: TurnContext
+}
+
+/** The activity of a phase, if it has one. @internal */
+export const activityOf = (phase: Phase): Activity | undefined =>
+  phase._tag === "Running" || phase._tag === "Maintenance" ? phase.activity : undefined
 
 /**
  * SEC-11: a cancel called while a phase transition was under way (the state lock held): it also
@@ -139,6 +159,8 @@ export class DriverState {
   outputSchemas: Map<string, Schema.Schema<any, any, never>> | undefined = undefined
   /** OUT-01: the output format of the options' `output`, made on first use. */
   agentOutputFormat: OutputFormat | undefined = undefined
+  /** HIL-04: the open turn of the log is suspended at construction (a resumed session): its context. */
+  resumedSuspended: TurnContext | undefined = undefined
   /** The activity the drain fiber started last (its cancel cause is `cancelCell`). */
   started: Activity | undefined = undefined
   /** SEC-11: a transition of the phase is under way (its body runs under the state lock). */
@@ -147,6 +169,12 @@ export class DriverState {
   pendingCancels: Array<PendingCancel> | undefined = undefined
   /** The drain fiber's wake-ups (CORE-04): one pending is enough, the drain starts what the phase holds. */
   wakes: Queue.Queue<void> | undefined = undefined
+  /** HIL-02: the context of the turn the drain runs now (decisions reach its calls through it). */
+  turnCtx: TurnContext | undefined = undefined
+  /** HIL-05: arms a request's deadline (set by the driver, whose decisions it makes). */
+  armDeadline: ((callId: string, deadline: number) => Effect.Effect<void>) | undefined = undefined
+  /** HIL-05: the deadline timers armed, by call id (each fiber in the agent's Scope). */
+  armed: Set<string> | undefined = undefined
   /** Completed (and cleared) when the phase next becomes `Idle`: what `whenIdle` callers wait on. */
   idleSignal: Deferred.Deferred<void> | undefined = undefined
   /** HIL-03: the questions tools wait on now (made on first use). */
@@ -239,8 +267,8 @@ export const setPhase = (state: DriverState, next: Phase): void => {
   const pending = state.pendingCancels
   if (pending !== undefined) {
     state.pendingCancels = undefined
-    if (next._tag !== "Idle") {
-      const activity = next.activity
+    const activity = activityOf(next)
+    if (activity !== undefined) {
       for (const cancel of pending) {
         applyCancel(activity, cancel.cause, cancel.mark)
         cancel.appliedTo = activity
@@ -252,7 +280,8 @@ export const setPhase = (state: DriverState, next: Phase): void => {
       }
     }
   }
-  if (next._tag === "Idle") {
+  if (next._tag === "Idle" || next._tag === "Suspended") {
+    // HIL-04: a suspended turn has nobody working: `whenIdle` resolves
     if (state.idleSignal !== undefined) {
       Deferred.unsafeDone(state.idleSignal, Exit.void)
       state.idleSignal = undefined

@@ -23,7 +23,7 @@ import { toolCallFinished } from "./liveEvents.js"
 import * as questions from "./questions.js"
 import type { DriverState } from "./state.js"
 import type { PendingCall, ToolOutcome, TurnContext } from "./turnContext.js"
-import { isNonEmpty, resultEvent, textResult, write } from "./turnContext.js"
+import { isNonEmpty, isUndecided, resultEvent, textResult, write } from "./turnContext.js"
 
 const DEFECT_TEXT = "The tool failed unexpectedly (a defect); its side effects are unknown."
 
@@ -210,10 +210,10 @@ const runTool = (
   }), (span) => runToolBody(state, ctx, step, call, tools, closeStep, span))
 
 /** A call's `tool/call` made durable and announced (`ToolCallStarted`). */
-const dispatch = (state: DriverState, ctx: TurnContext, step: number, call: PendingCall) =>
+const dispatch = (state: DriverState, ctx: TurnContext, step: number, call: PendingCall, args: string) =>
   Effect.flatMap(write(state, [{
     type: "tool/call",
-    data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: call.arguments }
+    data: { turn: ctx.turn, step, callId: call.callId, name: call.name, arguments: args }
   }]), ([logged]) =>
     state.deps.emit(AgentEvent.ToolCallStarted({
       agent: state.deps.id,
@@ -221,7 +221,7 @@ const dispatch = (state: DriverState, ctx: TurnContext, step: number, call: Pend
       step,
       callId: call.callId,
       name: call.name,
-      arguments: call.arguments,
+      arguments: args,
       seq: logged.seq
     })))
 
@@ -238,21 +238,27 @@ const runToolBody = (
     Effect.gen(function*() {
       const deps = state.deps
       const started = deps.telemetry.clock.unsafeCurrentTimeMillis()
+      // HIL-02: an approval with edited arguments runs with those (logged in the decision)
+      const args = call.approval?.arguments ?? call.arguments
       // HIL-03: a call run again after a restart was dispatched (and announced) before it
-      if (call.replay === undefined) yield* dispatch(state, ctx, step, call)
+      if (call.replay === undefined) yield* dispatch(state, ctx, step, call, args)
       call.state = "started"
       const tool = tools.get(call.name)
       let concludes = false
-      if (tool === undefined) {
+      const refused = refusedOutcome(call)
+      if (refused !== undefined) {
+        // HIL-02, HIL-05: a rejected or canceled call gets its `tool/call` and its error result
+        call.result = refused
+      } else if (tool === undefined) {
         call.result = {
           message: textResult(call, `Unknown tool ${JSON.stringify(call.name)}.`, true),
           error: { name: "ToolNotFound", code: "TOOL_NOT_FOUND" }
         }
       } else {
-        const args = deps.decodeArguments(tool, call.arguments)
-        if (Either.isLeft(args)) {
+        const decoded = deps.decodeArguments(tool, args)
+        if (Either.isLeft(decoded)) {
           call.result = {
-            message: textResult(call, args.left, true),
+            message: textResult(call, decoded.left, true),
             error: { name: "InvalidToolArguments", code: "INVALID_ARGUMENTS" }
           }
         } else {
@@ -260,7 +266,7 @@ const runToolBody = (
           const channel = questions.makeChannel(state, ctx.turn, step, call.callId, call.replay ?? [])
           const exit = yield* Effect.exit(restore(runWithTimeout(
             Effect.provideService(
-              tool.run(args.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }),
+              tool.run(decoded.right, { agent: deps.agent(), turn: ctx.turn, step, callId: call.callId }),
               CurrentCall,
               channel
             ),
@@ -298,6 +304,11 @@ const flushResults = (state: DriverState, ctx: TurnContext, step: number, closeS
     let logged = ctx.logged
     while (logged < ctx.calls.length) {
       const call = ctx.calls[logged]!
+      if (call.resulted === true) {
+        // its result is in the log already (HIL-04: a resumed step)
+        logged++
+        continue
+      }
       if (call.state !== "done" || call.result === undefined) break
       events.push(resultEvent(ctx.turn, step, call.result))
       logged++
@@ -336,12 +347,63 @@ const callGroups = (
   return groups
 }
 
+/** HIL-02, HIL-05: the error result of a rejected or canceled call, if it was. */
+const refusedOutcome = (call: PendingCall): ToolOutcome | undefined => {
+  const decision = call.approval?.decision
+  if (decision === "rejected") {
+    return {
+      message: textResult(call, call.approval?.message ?? REJECTED_TEXT, true),
+      error: { name: "ToolRejected", code: "REJECTED" }
+    }
+  }
+  if (decision === "canceled") {
+    return { message: textResult(call, CANCELED_TEXT, true), error: { name: "ToolCanceled", code: "CANCELED" } }
+  }
+  return undefined
+}
+
+const REJECTED_TEXT = "The user rejected this tool call; it did not run."
+const CANCELED_TEXT = "The tool call was canceled before it was approved; it did not run."
+
+/**
+ * HIL-01/02: the calls of a step with approvals, in passes: each pass runs the calls that need no
+ * decision or got one (grouped as usual), while undecided ones wait; a decision that comes during a
+ * pass is taken by the next. Ends when no call can run: the step is then done, or suspended.
+ */
+const runDecidedPasses = (
+  state: DriverState,
+  ctx: TurnContext,
+  step: number,
+  byName: ReadonlyMap<string, Tool.Any>,
+  maxParallel: number
+) =>
+  Effect.gen(function*() {
+    let concludes = false
+    while (true) {
+      const runnable = ctx.calls.filter((call) => call.state === "waiting" && !isUndecided(call))
+      if (runnable.length === 0) return concludes
+      // the step closes with the last results only when nothing waits for a decision
+      const closes = !ctx.calls.some(isUndecided)
+      const groups = callGroups(runnable, byName)
+      for (let g = 0; g < groups.length; g++) {
+        const isLast = closes && g === groups.length - 1
+        const results = yield* Effect.interruptible(
+          Effect.forEach(groups[g]!, (call) => runTool(state, ctx, step, call, byName, isLast), {
+            concurrency: maxParallel
+          })
+        )
+        if (results.some((c) => c)) concludes = true
+      }
+    }
+  })
+
 /** Runs the step's calls group by group; true when a result concludes the turn. @internal */
 export const runTools = (state: DriverState, ctx: TurnContext, step: number) =>
   Effect.gen(function*() {
     const available = yield* state.deps.tools
     const byName = new Map(available.map((tool) => [tool.name, tool] as const))
     const maxParallel = state.deps.options.maxParallelToolCalls ?? 10
+    if (ctx.hasApprovals) return yield* runDecidedPasses(state, ctx, step, byName, maxParallel)
     let concludes = false
     const groups = callGroups(ctx.calls, byName)
     for (let g = 0; g < groups.length; g++) {

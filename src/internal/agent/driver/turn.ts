@@ -13,12 +13,13 @@ import { AgentEvent } from "../../../AgentEvent.js"
 import type { AssistantMessage, MessageId, UserMessage } from "../../../Message.js"
 import type { OutputFormat } from "../../../ModelSettings.js"
 import type { ModelRequest, ToolSchema } from "../../../Model.js"
-import type { CoreEventInput, TurnEndReason } from "../../../SessionEvent.js"
+import type { CancelCause, CoreEventInput, TurnEndReason } from "../../../SessionEvent.js"
 import type * as Tool from "../../../Tool.js"
 import * as compaction from "../compaction.js"
 import * as run from "../run.js"
 import * as observability from "../../observability.js"
-import { closers, streamedContent } from "./closers.js"
+import * as approvals from "./approvals.js"
+import { closers, streamedContent, suspendedClosers } from "./closers.js"
 import { assistantMessage, closerMirrors } from "./liveEvents.js"
 import { callModel, resolveRoute } from "./model.js"
 import type { DriverState } from "./state.js"
@@ -27,14 +28,25 @@ import * as questions from "./questions.js"
 import { runTools } from "./tools.js"
 import * as turnOptions from "./turnOptions.js"
 import type { PendingCall } from "./turnContext.js"
-import { asWriteFailure, LogWriteFailed, TurnContext, write } from "./turnContext.js"
+import { asWriteFailure, isUndecided, LogWriteFailed, TurnContext, write } from "./turnContext.js"
+
+type NonEmpty = Arr.NonEmptyReadonlyArray<CoreEventInput>
+
+/** HIL-04: the agent is disposed while its step waits for a person. */
+const isDisposedWhileWaiting = (ctx: TurnContext, cause: Option.Option<CancelCause>): boolean =>
+  Option.isSome(cause) && cause.value.kind === "disposed" && ctx.openStep !== undefined && isStepSuspended(ctx)
 
 /** What a finished turn tells its drain. @internal */
 export interface TurnOutcome {
-  readonly reason: TurnEndReason
+  readonly reason: TurnEndReason | undefined
   /** A normal end after at least one step: pending follow-ups start the next turn (TURN-07, DLV-09). */
   readonly continues: boolean
+  /** HIL-04: the turn did not end: its open step waits for a person (its context, to go on with). */
+  readonly suspended?: TurnContext | undefined
 }
+
+/** HIL-04: what a turn body returns when its step waits for a person (no end reason: the turn stays open). */
+const SUSPENDED = "suspended" as const
 
 /** A reply of the model as the turn logs it (calls and finish normalized, DUR-02). */
 type Reply = Effect.Effect.Success<ReturnType<typeof callModel>>
@@ -188,7 +200,12 @@ interface StepOutcome {
   readonly maxTokens: boolean
   /** The text of the step's reply (OUT-01 checks the last one). */
   readonly text: string
+  /** HIL-01: a call of the step waits for a decision: the step stays open. */
+  readonly suspended: boolean
 }
+
+/** HIL-01: the step waits for a person: some call has no decision, and no rejection ended the turn. */
+const isStepSuspended = (ctx: TurnContext): boolean => ctx.hasApprovals && !ctx.endTurn && ctx.calls.some(isUndecided)
 
 /**
  * One opened step: the request config when it changed, the model's reply logged (and announced,
@@ -203,7 +220,8 @@ function* runStep(state: DriverState, ctx: TurnContext, step: number) {
   const route = yield* resolveRoute(state, ctx, step)
   if (Option.isNone(route)) return noRoute
   ctx.route = route.value
-  const schemas = (yield* deps.tools).map(deps.toSchema)
+  const tools = yield* deps.tools
+  const schemas = tools.map(deps.toSchema)
   const config = configOf(route.value, schemas, outputOf(state, ctx).output, ctx.ask.turnOnly)
   const configKey = JSON.stringify(config)
   if (configKey !== state.lastConfig) {
@@ -231,10 +249,15 @@ function* runStep(state: DriverState, ctx: TurnContext, step: number) {
   const assistantEvent = assistantEventOf(ctx, step, config, reply, calls)
   const text = ctx.streamedText
   if (ctx.stepSpan !== undefined) stepAttributes(ctx, ctx.stepSpan, reply)
+  // HIL-01: a plain check when no tool asks for approval (PERF: a plain turn pays nothing more)
+  const requests = hadCalls && approvals.anyApproval(tools)
+    ? yield* approvals.requestsOf(state, ctx, step, tools, calls)
+    : []
   if (hadCalls) {
-    const [logged] = yield* write(state, [assistantEvent])
+    const [logged, ...requested] = yield* write(state, [assistantEvent, ...requests])
     ctx.calls = calls
     yield* deps.emit(assistantMessage(state, logged))
+    if (requested.length > 0) yield* approvals.announceRequests(state, requested)
   } else {
     // no calls: nothing waits between the message and `step/end`, so they are one batch
     const [logged] = yield* write(state, [assistantEvent, { type: "step/end", data: { turn: ctx.turn, step } }])
@@ -245,14 +268,32 @@ function* runStep(state: DriverState, ctx: TurnContext, step: number) {
   ctx.streamedText = ""
   ctx.streamedReasoning = ""
   const concludes = hadCalls ? yield* runTools(state, ctx, step) : false
-  if (ctx.openStep !== undefined) {
-    // defensive: `runTools` closes the step with its last results, so this does not run today
-    yield* write(state, [{ type: "step/end", data: { turn: ctx.turn, step } }])
-    ctx.openStep = undefined
-    ctx.calls = []
-  }
-  const outcome: StepOutcome = { hadCalls, concludes, maxTokens, text }
+  if (isStepSuspended(ctx)) return { hadCalls, concludes, maxTokens, text, suspended: true } as StepOutcome
+  yield* closeStepIfOpen(state, ctx, step)
+  const outcome: StepOutcome = { hadCalls, concludes, maxTokens, text, suspended: false }
   return outcome
+}
+
+/** Defensive: `runTools` closes the step with its last results (with approvals, a resumed step may need it). */
+const closeStepIfOpen = (state: DriverState, ctx: TurnContext, step: number) =>
+  ctx.openStep === undefined ? Effect.void : Effect.map(
+    write(state, [{ type: "step/end", data: { turn: ctx.turn, step } }]),
+    () => {
+      ctx.openStep = undefined
+      ctx.calls = []
+    }
+  )
+
+/**
+ * HIL-02/04: the open step of a suspended turn goes on: a cancel called meanwhile ends the turn
+ * (its closers settle what waits); the decided calls run; the step closes once nothing waits.
+ */
+function* continueStep(state: DriverState, ctx: TurnContext, step: number) {
+  if (Option.isSome(state.cancelCell)) return yield* Effect.interrupt
+  const concludes = yield* runTools(state, ctx, step)
+  if (isStepSuspended(ctx)) return { hadCalls: true, concludes, maxTokens: false, text: "", suspended: true } as StepOutcome
+  yield* closeStepIfOpen(state, ctx, step)
+  return { hadCalls: true, concludes, maxTokens: false, text: "", suspended: false } as StepOutcome
 }
 
 /** OBS-01: the step's finish reason and usage on its span, summed into the turn's. */
@@ -278,24 +319,38 @@ const tracedStep = (state: DriverState, ctx: TurnContext, step: number) =>
       ctx.stepSpan = undefined
     }))))
 
-/** Runs steps until the turn's end reason is known. Writes everything but the closers and `turn/end`. */
-const turnBody = (state: DriverState, ctx: TurnContext) =>
+/**
+ * Runs steps until the turn's end reason is known (or its step waits for a person, HIL-04: then
+ * `SUSPENDED`). Writes everything but the closers and `turn/end`. `resumed`: the turn goes on from
+ * its open step (a decision, or a cancel, came for it).
+ */
+const turnBody = (state: DriverState, ctx: TurnContext, resumed: boolean) =>
   Effect.gen(function*() {
     const deps = state.deps
     const agent = deps.agent()
     const maxSteps = deps.options.maxStepsPerTurn ?? 100
     const hasNextStep = () => deps.inbox.sizes().nextStep > 0
-    let step = 0
+    let step = resumed ? (ctx.openStep ?? 1) - 1 : 0
+    let goOn = resumed
     let correction: ReadonlyArray<UserMessage> = []
     while (true) {
-      if (step >= maxSteps) return { kind: "max-steps" } as TurnEndReason
+      if (!goOn && step >= maxSteps) return { kind: "max-steps" } as TurnEndReason
       step++
-      const ended = yield* enterStep(state, ctx, step, correction)
-      correction = []
-      if (ended !== undefined) return ended
-      // OBS-01: a span per step only when a tracer is installed (no operation added otherwise, B5)
-      const stepped = ctx.span === undefined ? yield* runStep(state, ctx, step) : yield* tracedStep(state, ctx, step)
+      let stepped: StepOutcome | TurnEndReason
+      if (goOn) {
+        goOn = false
+        stepped = yield* continueStep(state, ctx, step)
+      } else {
+        const ended = yield* enterStep(state, ctx, step, correction)
+        correction = []
+        if (ended !== undefined) return ended
+        // OBS-01: a span per step only when a tracer is installed (no operation added otherwise, B5)
+        stepped = ctx.span === undefined ? yield* runStep(state, ctx, step) : yield* tracedStep(state, ctx, step)
+      }
       if (!("hadCalls" in stepped)) return stepped
+      if (stepped.suspended) return SUSPENDED
+      // HIL-02: `reject(…, {endTurn: true})`: the turn ends once the result is written
+      if (ctx.endTurn) return completed
       const { concludes, hadCalls, maxTokens } = stepped
       // fresh next-step input always gets another step (TURN-04/05)
       if (hasNextStep()) continue
@@ -387,14 +442,21 @@ const logTurnError = (id: string, turn: number, error: { readonly message: strin
   ).pipe(Effect.annotateLogs({ sessionId: id, turn, code: error.code }))
 
 /** The turn, from its `TurnStarted` to its `TurnEnded` (see `runTurn`). */
-const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined) =>
+const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined, resumed: TurnContext | undefined) =>
   Effect.gen(function*() {
     const deps = state.deps
-    const ctx = new TurnContext(turn)
+    const ctx = resumed ?? new TurnContext(turn)
     ctx.span = span
     // EVS-02: the turn's `turn/start` is durable (written when the drain opened the turn)
-    yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn, seq: state.sessionCore.openTurnSeq() }))
-    const exit = yield* Effect.exit(turnBody(state, ctx))
+    if (resumed === undefined) {
+      yield* deps.emit(AgentEvent.TurnStarted({ agent: deps.id, turn, seq: state.sessionCore.openTurnSeq() }))
+    }
+    state.turnCtx = ctx
+    const exit = yield* Effect.exit(turnBody(state, ctx, resumed !== undefined))
+    state.turnCtx = undefined
+    if (Exit.isSuccess(exit) && exit.value === SUSPENDED) {
+      return Option.some<TurnOutcome>({ reason: undefined, continues: false, suspended: ctx })
+    }
     if (Exit.isFailure(exit)) {
       const failure = Cause.failureOption(exit.cause)
       if (Option.isSome(failure) && failure.value instanceof LogWriteFailed) {
@@ -404,8 +466,21 @@ const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined
     }
     // the activity's own cause (set before anything else by `cancel`, CAN-04)
     const cause = state.cancelCell
+    // HIL-04: disposal of a turn whose step waits for a person writes nothing of the turn's end: the
+    // calls that ran get their results, and the step waits on
+    if (Exit.isFailure(exit) && isDisposedWhileWaiting(ctx, cause)) {
+      const results = suspendedClosers(ctx)
+      if (results.length > 0) {
+        const written = yield* Effect.exit(state.sessionCore.appendCore(results as unknown as NonEmpty))
+        if (Exit.isFailure(written)) {
+          yield* markBroken(state, Cause.squash(written.cause), turn)
+          return Option.none<TurnOutcome>()
+        }
+      }
+      return Option.some<TurnOutcome>({ reason: undefined, continues: false, suspended: ctx })
+    }
     const reason: TurnEndReason = Exit.isSuccess(exit)
-      ? exit.value
+      ? exit.value as TurnEndReason
       : Option.isSome(cause)
       ? { kind: "aborted", cause: cause.value }
       : errorReason(exit.cause)
@@ -449,11 +524,11 @@ const turnRun = (state: DriverState, turn: number, span: Tracer.Span | undefined
  *
  * @internal
  */
-export const runTurn = (state: DriverState, turn: number) =>
+export const runTurn = (state: DriverState, turn: number, resumed?: TurnContext | undefined) =>
   Effect.uninterruptible(
     observability.spanned(state.deps.telemetry, "effect-agent.turn", () => ({
       [observability.attr.agentId]: state.deps.id,
       ...(state.deps.parentId !== undefined ? { [observability.attr.parentId]: state.deps.parentId } : {}),
       [observability.attr.turn]: turn
-    }), (span) => turnRun(state, turn, span))
+    }), (span) => turnRun(state, turn, span, resumed))
   )

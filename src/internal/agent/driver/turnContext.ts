@@ -23,6 +23,19 @@ export interface ToolOutcome {
   readonly error?: { readonly name: string; readonly code: string }
 }
 
+/**
+ * HIL-01/02: the approval request of a call and, once made, its decision (`arguments`: the edited
+ * ones an approval runs with; `message`: what a rejected call's result says).
+ *
+ * @internal
+ */
+export interface CallApproval {
+  readonly approvalId: string
+  decision: "approved" | "rejected" | "canceled" | undefined
+  arguments: string | undefined
+  message: string | undefined
+}
+
 /** One tool call of the current step, in model order. @internal */
 export interface PendingCall {
   readonly callId: string
@@ -36,7 +49,15 @@ export interface PendingCall {
   readonly replay?: ReadonlyArray<LoggedQuestion> | undefined
   state: "waiting" | "started" | "done"
   result: ToolOutcome | undefined
+  /** HIL-01: the call waits for (or got) a person's decision before its `tool/call`. */
+  approval?: CallApproval | undefined
+  /** Its `tool/result` is in the log already (a resumed step, or a result written out of order). */
+  resulted?: boolean | undefined
 }
+
+/** HIL-01: a call that waits for a decision (none made yet). @internal */
+export const isUndecided = (call: PendingCall): boolean =>
+  call.approval !== undefined && call.approval.decision === undefined && call.state === "waiting"
 
 /** What the current turn has written so far, for landing a cancel safely (CAN-05). @internal */
 export class TurnContext {
@@ -57,6 +78,10 @@ export class TurnContext {
   stepSpan: Tracer.Span | undefined = undefined
   inputTokens = 0
   outputTokens = 0
+  /** HIL-02: a rejection asked to end the turn once its result is written (`reject(…, {endTurn})`). */
+  endTurn = false
+  /** HIL-01: the step has calls that wait for approval (the turn may suspend). */
+  hasApprovals = false
   /** APP-04, OUT-01/02: the turn's own settings and output, and its correction steps. */
   readonly ask: TurnAsk = emptyAsk()
   constructor(readonly turn: number) {}

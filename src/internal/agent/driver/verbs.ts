@@ -13,9 +13,11 @@ import type * as SessionError from "../../../SessionError.js"
 import type { CancelCause, InboxTarget } from "../../../SessionEvent.js"
 import { make as makeLock } from "../../lock.js"
 import { currentActivity, interruptActivity, request } from "./activity.js"
+import * as decisions from "./decisions.js"
 import { drain, settle, startDrain, wakeIfIdle } from "./drain.js"
 import type { Activity, DriverState, PendingCancel, Phase } from "./state.js"
 import {
+  activityOf,
   applyCancel,
   awaitGate,
   ensureUsable,
@@ -47,6 +49,9 @@ const sendLocked = (
         Effect.map((activity): Phase => ({ _tag: "Running", activity, wakeRequested: false }))
       )
     }
+    case "Suspended":
+      // HIL-04: input queues behind the suspended turn; next-step input enters when its step resumes
+      return Effect.as(inbox.insert(target, message, "end", undefined, wake), phase)
     case "Maintenance":
     case "Running": {
       // after a cancel was called, waking input waits for the next turn; it is latched to run when
@@ -128,7 +133,7 @@ const callCancel = (state: DriverState, cause: CancelCause, keepInbox: boolean, 
   // a wake latched by the creation's own hooks is reset like any other latch (PUB-11)
   if (!keepLatch) state.latchedWake = false
   const phase = state.phase
-  const current = phase._tag === "Idle" ? undefined : phase.activity
+  const current = activityOf(phase)
   if (current !== undefined) applyCancel(current, cause, mark)
   let pending: PendingCancel | undefined
   if (state.transitioning) {
@@ -180,6 +185,8 @@ export const cancel = (
       const call = callCancel(state, cause, options?.keepInbox === true, onlyTurn !== undefined)
       return Effect.gen(function*() {
         const cleared = call.discard === undefined ? Exit.void : yield* Effect.exit(call.discard)
+        // HIL-05: a suspended turn is settled by an activity of its own (a disposal leaves it open, HIL-04)
+        if (state.phase._tag === "Suspended" && cause.kind !== "disposed") yield* decisions.cancelSuspended(state, cause)
         if (call.current !== undefined) yield* interruptActivity(call.current)
         const pending = call.pending
         if (pending !== undefined) {
@@ -216,7 +223,8 @@ const whenIdleFromOwnActivity = (state: DriverState) =>
 export const whenIdle = (state: DriverState): Effect.Effect<void> =>
   Effect.withFiberRuntime((fiber) => {
     const phase = state.phase
-    if (phase._tag === "Idle") return Effect.void
+    // HIL-04: a suspended turn has nobody working
+    if (phase._tag === "Idle" || phase._tag === "Suspended") return Effect.void
     if (fiber.getFiberRef(currentActivity) === phase.activity) return whenIdleFromOwnActivity(state)
     return Deferred.await(state.idleSignal ??= Deferred.unsafeMake<void>(FiberId.none))
   })
@@ -284,9 +292,11 @@ export const open = (state: DriverState, published: boolean): Effect.Effect<void
       state.disposing = true
       return Effect.void
     }
-    if (!state.latchedWake) return Effect.void
+    // HIL-04/05: a resumed suspended turn: its deadlines armed, its decided calls go on
+    const resumed = state.phase._tag === "Suspended" ? decisions.resumeSuspended(state) : Effect.void
+    if (!state.latchedWake) return resumed
     state.latchedWake = false
-    return wakeIfIdle(state)
+    return Effect.zipRight(resumed, wakeIfIdle(state))
   })
 
 /**

@@ -117,6 +117,9 @@ const driverOf = (
     forkDrain(drain) {
       return fiberModule.forkIn(drain, build.sessionScope, loop.backgroundRefs)
     },
+    forkTimer(timer) {
+      return Effect.asVoid(fiberModule.forkIn(timer, build.sessionScope, loop.backgroundRefs))
+    },
     storedRoute: route,
     publishing: publishingRef,
     telemetry: loop.telemetry,
@@ -285,6 +288,26 @@ class LiveAgent implements Agent {
   get awaitTurn(): Agent["awaitTurn"] {
     const deps = runDepsOf(this)
     return (turn) => run.awaitTurn(deps, turn)
+  }
+  /** HIL-02 (internal/agent/driver/decisions.ts) */
+  get approve(): Agent["approve"] {
+    const driver = this[driverKey]
+    return (callId, approveOptions) =>
+      driver.decide(callId, { kind: "approve", reason: approveOptions?.reason, arguments: approveOptions?.arguments })
+  }
+  get reject(): Agent["reject"] {
+    const driver = this[driverKey]
+    return (callId, rejectOptions) =>
+      driver.decideReject(callId, {
+        kind: "reject",
+        reason: rejectOptions?.reason,
+        message: rejectOptions?.message,
+        endTurn: rejectOptions?.endTurn
+      })
+  }
+  /** HIL-06 */
+  get pending() {
+    return this[driverKey].pending
   }
   get tools() {
     return toolsOf(this[buildKey])
