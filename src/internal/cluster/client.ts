@@ -56,6 +56,31 @@ const runsOf = (clientFor: (key: SessionId) => EntityClient): Pick<Cluster.Clust
       )
 })
 
+/** The event stream of a session through its entity, asked again from its cursor when a runner stops. */
+const eventsOf = (clientFor: (key: SessionId) => EntityClient) =>
+(id: string, seq: number): Stream.Stream<Gateway.StreamEvent, Gateway.EventsError> =>
+  Stream.unwrap(Effect.map(Effect.map(requests.sessionKey(id), clientFor), (client) => {
+    let next = seq
+    const once = Stream.suspend(() => client.Events({ from: next })).pipe(
+      // a stream re-sent by the cluster after its runner died starts again from its cursor
+      Stream.filter((item) => item._tag === "Live" || item.event.seq >= next),
+      Stream.tap((item) =>
+        Effect.sync(() => {
+          if (item._tag === "Durable") next = item.event.seq + 1
+        })
+      ),
+      // the session's failures end the stream; the cluster's (a runner stopping) end this request only
+      Stream.catchAllCause((cause) => {
+        const failure = Cause.failureOption(cause)
+        if (Option.isSome(failure)) return Stream.fromEffect(refailCluster(Effect.fail(failure.value)))
+        return Stream.fromEffect(Effect.logDebug("ClusterClient: an event stream ended; asking again", cause)).pipe(
+          Stream.drain
+        )
+      })
+    )
+    return Stream.repeat(once, Schedule.spaced(streamAgain))
+  })).pipe(Stream.withSpan("ClusterClient.eventsFrom"))
+
 /** @internal */
 export const make = Effect.gen(function*() {
   const sharding = yield* Sharding
@@ -120,31 +145,6 @@ export const make = Effect.gen(function*() {
       return { sessions: listed, ...(next === undefined ? {} : { next }) } satisfies Gateway.SessionPage
     }).pipe(Effect.withSpan("ClusterClient.list"))
 
-  // ---------------------------------------------------------------------------------------------
-  // the event stream
-
-  const eventsFrom = (id: string, seq: number): Stream.Stream<Gateway.StreamEvent, Gateway.EventsError> =>
-    Stream.unwrap(Effect.map(Effect.map(requests.sessionKey(id), clientFor), (client) => {
-      let next = seq
-      const once = Stream.suspend(() => client.Events({ from: next })).pipe(
-        // a stream re-sent by the cluster after its runner died starts again from its cursor
-        Stream.filter((item) => item._tag === "Live" || item.event.seq >= next),
-        Stream.tap((item) =>
-          Effect.sync(() => {
-            if (item._tag === "Durable") next = item.event.seq + 1
-          })
-        ),
-        // the session's failures end the stream; the cluster's (a runner stopping) end this request only
-        Stream.catchAllCause((cause) => {
-          const failure = Cause.failureOption(cause)
-          if (Option.isSome(failure)) return Stream.fromEffect(refailCluster(Effect.fail(failure.value)))
-          return Stream.fromEffect(Effect.logDebug("ClusterClient: an event stream ended; asking again", cause)).pipe(
-            Stream.drain
-          )
-        })
-      )
-      return Stream.repeat(once, Schedule.spaced(streamAgain))
-    })).pipe(Stream.withSpan("ClusterClient.eventsFrom"))
 
   // ---------------------------------------------------------------------------------------------
 
@@ -173,7 +173,7 @@ export const make = Effect.gen(function*() {
         .pipe(Effect.withSpan("ClusterClient.fork")),
     dispose: (id) => call(id, (client) => client.Dispose()),
     remove: (id) => call(id, (client) => client.Remove()),
-    eventsFrom,
+    eventsFrom: eventsOf(clientFor),
     ready: Effect.map(sharding.isShutdown, (isShutdown) => !isShutdown),
     whenIdle: (id) => call(id, (client) => client.WhenIdle()),
     wake: (id) => call(id, (client) => client.Wake())
