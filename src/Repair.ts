@@ -11,7 +11,7 @@ import { Option } from "effect"
 import type { MessageId, ToolResultMessage, UserMessage } from "./Message.js"
 import type { CoreEvent, CoreType, InboxTarget, SessionEvent } from "./SessionEvent.js"
 import * as history from "./internal/log/history.js"
-import { isSuspended } from "./internal/log/pending.js"
+import { isSuspended, openStepRequests } from "./internal/log/pending.js"
 import { deepFreeze } from "./internal/json.js"
 
 type Core<T extends CoreType> = Extract<CoreEvent, { readonly type: T }>
@@ -315,9 +315,14 @@ export const closers = (
 
   // HIL-04: a suspended step waits for a person, it was not interrupted: only its dispatched calls
   // without a result are closed (REP-02), and the step and turn stay open
+  // and a call that waits in `Tool.ask` for an answer (HIL-03) is not closed either: it is run again
+  // from its start when the session is resumed, its logged answers replayed
   if (lost.length === 0 && isSuspended(events)) {
+    const asking = askingCalls(events)
     for (const call of calls.values()) {
-      if (call.dispatched && !answered.has(call.callId)) out.push(stamp(callCloser(turn, call, options?.settled)))
+      if (call.dispatched && !answered.has(call.callId) && !asking.has(call.callId)) {
+        out.push(stamp(callCloser(turn, call, options?.settled)))
+      }
     }
     return out.length === 0 ? emptyClosers : Object.freeze(out)
   }
@@ -331,6 +336,13 @@ export const closers = (
   if (openStep !== undefined) out.push(stamp({ type: "step/end", data: { turn, step: openStep } }))
   out.push(stamp({ type: "turn/end", data: { turn, reason: { kind: "interrupted" } } }))
   return Object.freeze(out)
+}
+
+/** HIL-03: the calls of the open step with an unsettled question (they wait in `Tool.ask`). */
+const askingCalls = (events: ReadonlyArray<SessionEvent>): ReadonlySet<string> => {
+  const open = openStepRequests(events)
+  if (Option.isNone(open)) return new Set()
+  return new Set(open.value.pending.flatMap((item) => item._tag === "Question" ? [item.callId] : []))
 }
 
 /**

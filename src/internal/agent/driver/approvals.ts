@@ -14,6 +14,7 @@ import type { CoreEvent, CoreEventInput, CoreType, SessionEvent } from "../../..
 import type * as Tool from "../../../Tool.js"
 import { openStepRequests } from "../../log/pending.js"
 import { currentInitiatorRef } from "../initiator.js"
+import * as questions from "./questions.js"
 import type { DriverState } from "./state.js"
 import type { PendingCall } from "./turnContext.js"
 import { TurnContext } from "./turnContext.js"
@@ -192,5 +193,23 @@ export const resumeContext = (events: ReadonlyArray<SessionEvent>): TurnContext 
       }
     }
   }
+  replayAsking(ctx, events, open.value.pending)
   return ctx
+}
+
+/**
+ * HIL-03: a dispatched call without a result that waits in `Tool.ask` (its question is pending) runs
+ * again from its start when the turn goes on, its logged answers replayed and its `tool/call` not
+ * written again; repair left it open for this.
+ */
+const replayAsking = (
+  ctx: TurnContext,
+  events: ReadonlyArray<SessionEvent>,
+  pending: ReadonlyArray<{ readonly _tag: string; readonly callId: string }>
+): void => {
+  const asking = new Set(pending.flatMap((item) => item._tag === "Question" ? [item.callId] : []))
+  ctx.calls.forEach((call, index) => {
+    if (call.state !== "started" || call.resulted === true || !asking.has(call.callId)) return
+    ctx.calls[index] = { ...call, state: "waiting", replay: questions.loggedQuestions(events, call.callId) }
+  })
 }

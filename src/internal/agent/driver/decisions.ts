@@ -196,7 +196,9 @@ export const resumeSuspended = (state: DriverState): Effect.Effect<void> =>
       item._tag === "Approval" && item.deadline !== undefined
         ? armDeadline(state, item.callId, item.deadline)
         : Effect.void, { discard: true })
-    const runnable = phase.ctx.calls.some((call) => call.state === "waiting" && call.approval?.decision !== undefined)
+    const runnable = phase.ctx.calls.some((call) =>
+      call.state === "waiting" && (call.approval?.decision !== undefined || call.replay !== undefined)
+    )
     return Effect.zipRight(
       arm,
       runnable
