@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Schema, TestClock } from "effect"
+import { Effect, Fiber, Schema, Stream, TestClock } from "effect"
 import * as Model from "../src/Model.js"
 import * as Tool from "../src/Tool.js"
 import { makeHarness, msg, nextEvent, ofType, tagged, typesOf } from "./fixtures/driverHarness.js"
@@ -49,6 +49,30 @@ describe("approvals", () => {
       assert.strictEqual(ofType(after, "turn/end").length, 1)
       assert.strictEqual(ofType(after, "tool/approval-decided").length, 1)
       assert.strictEqual(yield* agent.status, "idle")
+    }))
+
+  it.scoped("HIL-02 a decision made as soon as the request is durable (before the step goes on) is acted on", () =>
+    Effect.gen(function*() {
+      ran.length = 0
+      const harness = yield* makeHarness(script)
+      const { agent } = yield* harness.create("a-early", { setup: (a) => a.tools.register(deploy) })
+      // a watcher of the log approves the moment the writer publishes the request
+      const watcher = yield* agent.session.changes.pipe(
+        Stream.filter((event) => event.type === "tool/approval-requested"),
+        Stream.take(1),
+        Stream.runForEach(() => agent.approve("c1")),
+        Effect.fork
+      )
+      yield* Effect.yieldNow()
+      yield* agent.followup(msg("m1"))
+      yield* Fiber.join(watcher)
+      yield* agent.whenIdle
+      assert.deepStrictEqual(ran, ["prod"])
+      assert.strictEqual(yield* agent.status, "idle")
+      assert.deepStrictEqual(yield* agent.pending, [])
+      const events = yield* agent.session.events
+      assert.strictEqual(ofType(events, "tool/approval-decided").length, 1)
+      assert.strictEqual(ofType(events, "turn/end")[0]!.data.reason.kind, "completed")
     }))
 
   it.scoped("HIL-02 reject gives the call a REJECTED result with the message, nothing runs", () =>

@@ -213,3 +213,29 @@ const replayAsking = (
     ctx.calls[index] = { ...call, state: "waiting", replay: questions.loggedQuestions(events, call.callId) }
   })
 }
+
+/**
+ * HIL-02: the decisions the log holds for calls of `ctx`'s open step that the context still counts
+ * as undecided, applied to them. A decision that landed after the step last looked at its calls
+ * (while the drain went from the step to the suspended phase, so it found no context to record it
+ * in) is durable; this makes the step act on it rather than suspend with nothing pending.
+ *
+ * @internal
+ */
+export const applyLoggedDecisions = (events: ReadonlyArray<SessionEvent>, ctx: TurnContext): void => {
+  if (!ctx.calls.some((call) => call.approval !== undefined && call.approval.decision === undefined)) return
+  const decided = new Map<string, Core<"tool/approval-decided">>()
+  for (let i = events.length - 1; i >= 0; i--) {
+    const event = events[i]!
+    if (event.type === "step/start") break
+    if (event.type === "tool/approval-decided") decided.set(narrow(event, "tool/approval-decided").data.callId, narrow(event, "tool/approval-decided"))
+  }
+  for (const call of ctx.calls) {
+    const approval = call.approval
+    const found = approval?.decision === undefined ? decided.get(call.callId) : undefined
+    if (approval === undefined || found === undefined) continue
+    approval.decision = found.data.decision
+    approval.arguments = found.data.arguments
+    approval.message = found.data.message ?? timeoutMessage(found.data.reason)
+  }
+}

@@ -7,6 +7,7 @@
  */
 import { Cause, Effect, Exit, Option } from "effect"
 import { request } from "./activity.js"
+import { applyLoggedDecisions } from "./approvals.js"
 import type { DriverState, Phase } from "./state.js"
 import { idle, markBroken, modifyPhase, setStatus, updatePhase } from "./state.js"
 import type { TurnOutcome } from "./turn.js"
@@ -49,6 +50,7 @@ const suspendOrGoOn = (state: DriverState, phase: Phase, ctx: TurnContext) =>
   Effect.gen(function*() {
     const cause = phase._tag === "Running" ? phase.activity.cause : Option.none()
     const canceled = Option.isSome(cause) && cause.value.kind !== "disposed"
+    applyLoggedDecisions(state.sessionCore.log(), ctx)
     const runnable = ctx.calls.some((call) => call.state === "waiting" && !isUndecided(call))
     if (!state.disposing && Option.isNone(state.broken) && (canceled || runnable || ctx.endTurn)) {
       return [Option.some({ turn: ctx.turn, ctx }), phase] as const

@@ -254,7 +254,13 @@ function* runStep(state: DriverState, ctx: TurnContext, step: number) {
     ? yield* approvals.requestsOf(state, ctx, step, tools, calls)
     : []
   if (hadCalls) {
-    const [logged, ...requested] = yield* write(state, [assistantEvent, ...requests])
+    // HIL-02: with approval requests, the calls are in the context before the requests are durable:
+    // a decision made as soon as the writer published a request must find its call
+    const batch: NonEmpty = [assistantEvent, ...requests]
+    if (requests.length > 0) ctx.calls = calls
+    const [logged, ...requested] = yield* (requests.length > 0
+      ? Effect.onError(write(state, batch), () => Effect.sync(() => void (ctx.calls = [])))
+      : write(state, batch))
     ctx.calls = calls
     yield* deps.emit(assistantMessage(state, logged))
     if (requested.length > 0) yield* approvals.announceRequests(state, requested)
