@@ -91,15 +91,7 @@ export const suspendedClosers = (ctx: TurnContext): Array<CoreEventInput> => {
     if (call.resulted === true || call.state === "waiting") continue
     events.push(
       call.state === "started" || call.result === undefined
-        ? {
-          type: "tool/result",
-          data: {
-            turn: ctx.turn,
-            step,
-            message: textResult(call, ABORTED_TEXT, true),
-            error: { name: "ToolAborted", code: "ABORTED" }
-          }
-        }
+        ? abortedResult(ctx.turn, step, call)
         : resultEvent(ctx.turn, step, call.result)
     )
     call.state = "done"
@@ -107,6 +99,12 @@ export const suspendedClosers = (ctx: TurnContext): Array<CoreEventInput> => {
   }
   return events
 }
+
+/** The error result of a call interrupted after its `tool/call` (CAN-05). */
+const abortedResult = (turn: number, step: number, call: PendingCall): CoreEventInput => ({
+  type: "tool/result",
+  data: { turn, step, message: textResult(call, ABORTED_TEXT, true), error: { name: "ToolAborted", code: "ABORTED" } }
+})
 
 /** CAN-05: the result events of the open step's calls not logged yet. */
 const callClosers = (ctx: TurnContext, step: number, events: Array<CoreEventInput>): void => {
@@ -130,15 +128,7 @@ const callClosers = (ctx: TurnContext, step: number, events: Array<CoreEventInpu
         }
       })
     } else if (call.state === "started" || call.result === undefined) {
-      events.push({
-        type: "tool/result",
-        data: {
-          turn: ctx.turn,
-          step,
-          message: textResult(call, ABORTED_TEXT, true),
-          error: { name: "ToolAborted", code: "ABORTED" }
-        }
-      })
+      events.push(abortedResult(ctx.turn, step, call))
     } else {
       events.push(resultEvent(ctx.turn, step, call.result))
     }
